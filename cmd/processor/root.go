@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/metrics"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// usageError marks errors that are the caller's (bad flags or config).
+type usageError struct{ error }
+
+func execute(args []string) int {
+	root := &cobra.Command{
+		Use:           "processor",
+		Short:         "Kafka-native stateful stream processor: event-time alerts, exactly once",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd())
+	root.SetArgs(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(os.Stderr, "processor:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFailed
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func runCmd() *cobra.Command {
+	var cfgPath, logLevel string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Join the consumer group and process the input topic until SIGTERM",
+		Long: `Run one processor instance. Configuration comes from the YAML file given with
+--config, then PROCESSOR_* environment variables (rule.threshold is
+PROCESSOR_RULE_THRESHOLD), then flags (--brokers, --instance_id, ...).`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(cfgPath, cmd.Flags())
+			if err != nil {
+				return usageError{err}
+			}
+			logger := newLogger(os.Stderr, logLevel)
+			return runProcessor(cmd.Context(), cfg, logger, consume.Options{})
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	addConfigFlags(cmd)
+	return cmd
+}
+
+// addConfigFlags exposes the most used keys as flags; every key is also
+// settable by file and environment.
+func addConfigFlags(cmd *cobra.Command) {
+	d := config.Default()
+	f := cmd.Flags()
+	f.StringSlice("brokers", d.Brokers, "Kafka seed brokers")
+	f.String("group_id", d.GroupID, "consumer group")
+	f.String("instance_id", d.InstanceID, "stable instance name (transactional id suffix)")
+	f.String("state_dir", d.StateDir, "local state directory")
+	f.String("mode", d.Mode, "exactly_once or at_least_once")
+	f.Duration("commit_interval", d.CommitInterval, "transaction commit interval")
+	f.String("metrics_addr", d.MetricsAddr, "listen address of /metrics, /healthz, /readyz (empty: off)")
+	f.String("topics.input", d.Topics.Input, "input topic")
+}
+
+// runProcessor wires registry, metrics server and processor, and runs them
+// until ctx ends or one fails.
+func runProcessor(ctx context.Context, cfg config.Config, logger *slog.Logger, o consume.Options) error {
+	reg := prometheus.NewRegistry()
+	met, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+	o.Logger, o.Metrics = logger, met
+	proc, err := consume.New(cfg, o)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	procCtx, stopServer := context.WithCancel(gctx)
+	if cfg.MetricsAddr != "" {
+		g.Go(func() error { return met.Serve(procCtx, cfg.MetricsAddr, reg, logger) })
+	}
+	g.Go(func() error {
+		defer stopServer()
+		return proc.Run(gctx)
+	})
+	return g.Wait()
+}
+
+func configCmd() *cobra.Command {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Validate the configuration and print it with every default filled in",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(cfgPath, cmd.Flags())
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%+v\nchangelog topic: %s\ntransactional id: %s\n", cfg, cfg.ChangelogTopic(), cfg.TransactionalID())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file")
+	addConfigFlags(cmd)
+	return cmd
+}

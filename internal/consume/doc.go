@@ -1,0 +1,22 @@
+// Package consume owns the running processor: the consumer-group member
+// that owns input partitions, restores each assigned partition's state from
+// the changelog before consuming it, runs every record through the event
+// contract and the window logic, produces alerts, dead letters, late records
+// and changelog writes, and hands each batch to package txn to commit or
+// abort.
+//
+// Invariants:
+//   - One goroutine (Run's) owns all partition state; rebalance callbacks
+//     run only between batches (BlockRebalanceOnPoll), and the restore
+//     callback installs a partition before any of its records is polled.
+//   - In-memory state is the committed state plus the open batch's changes;
+//     on an abort it is thrown away and reloaded from the local store, which
+//     holds exactly the committed state.
+//   - Every input record is counted as exactly one of processed, filtered,
+//     duplicate, dead_lettered or too_late, in the same transaction as its
+//     offset (the accounting record "a" of the changelog).
+//   - Decisions depend only on the log; the wall clock only paces commits.
+//
+// It must not reach into the window package's internals: it calls
+// Process, Sweep and the persistence hooks.
+package consume

@@ -1,0 +1,236 @@
+package consume
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/state"
+	"github.com/vibeline/processor/internal/window"
+)
+
+// Header names of the dead-letter and too-late outputs (SPEC.md section 3).
+const (
+	HeaderErrorReason     = "error.reason"
+	HeaderErrorDetail     = "error.detail"
+	HeaderSourceTopic     = "source.topic"
+	HeaderSourcePartition = "source.partition"
+	HeaderSourceOffset    = "source.offset"
+	HeaderSourceTimestamp = "source.timestamp"
+	HeaderLateReason      = "late.reason"
+	HeaderLateWatermark   = "late.watermark"
+	HeaderLatenessMs      = "late.lateness_ms"
+)
+
+// sourceHeaders are the source.* headers: the origin of a copied record.
+// source.timestamp is the record timestamp in epoch milliseconds.
+func sourceHeaders(r *kgo.Record) []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: HeaderSourceTopic, Value: []byte(r.Topic)},
+		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
+		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
+		{Key: HeaderSourceTimestamp, Value: strconv.AppendInt(nil, r.Timestamp.UnixMilli(), 10)},
+	}
+}
+
+// copyRecord keeps the original key, value and headers, unchanged.
+func copyRecord(topic string, r *kgo.Record, extra []kgo.RecordHeader) *kgo.Record {
+	h := make([]kgo.RecordHeader, 0, len(r.Headers)+len(extra))
+	h = append(h, r.Headers...)
+	h = append(h, extra...)
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
+}
+
+func deadLetter(topic string, r *kgo.Record, e *event.Error) *kgo.Record {
+	h := append([]kgo.RecordHeader{
+		{Key: HeaderErrorReason, Value: []byte(e.Reason)},
+		{Key: HeaderErrorDetail, Value: []byte(e.Detail)},
+	}, sourceHeaders(r)...)
+	return copyRecord(topic, r, h)
+}
+
+func tooLate(topic string, r *kgo.Record, res window.Result) *kgo.Record {
+	h := append([]kgo.RecordHeader{
+		{Key: HeaderLateReason, Value: []byte("too_late")},
+		{Key: HeaderLateWatermark, Value: []byte(alerts.FormatTime(res.Watermark))},
+		{Key: HeaderLatenessMs, Value: strconv.AppendInt(nil, res.LatenessMs, 10)},
+	}, sourceHeaders(r)...)
+	return copyRecord(topic, r, h)
+}
+
+func jsonMarshal(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("consume: encode: %w", err)
+	}
+	return b, nil
+}
+
+// Changelog topic configuration: compacted, and tombstones kept for a week
+// so that a local store that was offline for less than that restores
+// correctly from its checkpoint.
+var changelogConfigs = map[string]*string{
+	"cleanup.policy":      kadm.StringPtr("compact"),
+	"delete.retention.ms": kadm.StringPtr(strconv.Itoa(7 * 24 * 3600 * 1000)),
+}
+
+// ensureTopics checks the input topic and creates missing outputs with the
+// input's partition count. It retries until ctx ends, so an unreachable
+// Kafka fails start-up with a clear error after StartupTimeout.
+func ensureTopics(ctx context.Context, cfg config.Config, opts []kgo.Opt, log *slog.Logger) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("consume: admin client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var last error
+	for {
+		last = ensureTopicsOnce(ctx, cfg, adm, log)
+		if last == nil || errors.Is(last, errPermanent) {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consume: kafka at %v not usable within %s: %w", cfg.Brokers, cfg.StartupTimeout, last)
+		case <-time.After(500 * time.Millisecond):
+			log.Info("consume: waiting for kafka", "brokers", cfg.Brokers, "err", last)
+		}
+	}
+}
+
+var errPermanent = errors.New("permanent")
+
+func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, log *slog.Logger) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	details, err := adm.ListTopics(rctx, cfg.Topics.Input)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	in, ok := details[cfg.Topics.Input]
+	if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("consume: input topic %q does not exist (topics.input): create it first: %w", cfg.Topics.Input, errPermanent)
+	}
+	if in.Err != nil {
+		return fmt.Errorf("describe %s: %w", cfg.Topics.Input, in.Err)
+	}
+	parts := int32(len(in.Partitions))
+	want := map[string]map[string]*string{
+		cfg.Topics.Alerts:    nil,
+		cfg.Topics.DLQ:       nil,
+		cfg.Topics.Late:      nil,
+		cfg.ChangelogTopic(): changelogConfigs,
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	existing, err := adm.ListTopics(rctx, names...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	for name, configs := range want {
+		td, ok := existing[name]
+		if ok && td.Err == nil {
+			if name == cfg.ChangelogTopic() && int32(len(td.Partitions)) != parts {
+				return fmt.Errorf("consume: changelog topic %q has %d partitions, the input %q has %d: they must match: %w",
+					name, len(td.Partitions), cfg.Topics.Input, parts, errPermanent)
+			}
+			continue
+		}
+		if !cfg.CreateTopics {
+			return fmt.Errorf("consume: topic %q does not exist and create_topics is false: %w", name, errPermanent)
+		}
+		resp, err := adm.CreateTopic(rctx, parts, int16(cfg.ReplicationFactor), configs, name)
+		if err != nil {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", name, resp.Err)
+		}
+		log.Info("consume: created topic", "topic", name, "partitions", parts)
+	}
+	return nil
+}
+
+// changelogReader reads committed changelog records for restores, with a
+// short-lived direct (group-less) client per call.
+type changelogReader struct {
+	topic string
+	opts  []kgo.Opt
+}
+
+var _ state.ChangelogReader = (*changelogReader)(nil)
+
+func (c *changelogReader) Read(ctx context.Context, p int32, from, to int64, fn func(state.ChangelogRecord) error) error {
+	cl, err := kgo.NewClient(append(c.opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.topic: {p: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return fmt.Errorf("restore client: %w", err)
+	}
+	defer cl.Close()
+	for {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var ferr error
+		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return fmt.Errorf("fetch changelog %s/%d: %w", c.topic, p, ferr)
+		}
+		done := false
+		fetches.EachRecord(func(r *kgo.Record) {
+			if done || r.Offset >= to {
+				done = true
+				return
+			}
+			if err == nil && !r.Attrs.IsControl() {
+				err = fn(state.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			}
+			if r.Offset+1 >= to {
+				done = true
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// end returns the changelog partition's last stable offset.
+func (c *changelogReader) end(ctx context.Context, p int32) (int64, error) {
+	cl, err := kgo.NewClient(c.opts...)
+	if err != nil {
+		return 0, fmt.Errorf("consume: changelog client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListCommittedOffsets(ctx, c.topic)
+	if err != nil {
+		return 0, fmt.Errorf("consume: changelog end offsets: %w", err)
+	}
+	o, ok := ends.Lookup(c.topic, p)
+	if !ok || o.Err != nil {
+		return 0, fmt.Errorf("consume: changelog %s/%d end offset: %v", c.topic, p, o.Err)
+	}
+	return o.Offset, nil
+}

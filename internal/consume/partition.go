@@ -1,0 +1,95 @@
+package consume
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/state"
+	"github.com/vibeline/processor/internal/window"
+)
+
+// Changelog record keys. A changelog partition mirrors the state of the
+// input partition with the same number.
+const (
+	changelogKeyPrefix = 'k' // "k" + rule key: one key's window state (window encoding)
+	changelogMeta      = "m" // the partition's window meta (watermark), window encoding
+	changelogAcct      = "a" // the partition's accounting record, JSON
+)
+
+// Accounting is the per-partition record of what happened to every input
+// record up to NextOffset. It is written to the changelog in the same
+// transaction as the input offsets, so a read_committed reader can check
+// processed + filtered + duplicate + dead_lettered + too_late = records.
+type Accounting struct {
+	Version      int   `json:"v"`
+	NextOffset   int64 `json:"next_offset"` // input offset after the last record counted
+	Records      int64 `json:"records"`
+	Processed    int64 `json:"processed"`
+	Filtered     int64 `json:"filtered"`
+	Duplicate    int64 `json:"duplicate"`
+	DeadLettered int64 `json:"dead_lettered"`
+	TooLate      int64 `json:"too_late"`
+}
+
+// DecodeAccounting parses a changelog accounting record.
+func DecodeAccounting(b []byte) (Accounting, error) {
+	var a Accounting
+	if err := json.Unmarshal(b, &a); err != nil {
+		return a, fmt.Errorf("consume: decode accounting record: %w", err)
+	}
+	if a.Version != 1 {
+		return a, fmt.Errorf("consume: accounting record version %d, want 1", a.Version)
+	}
+	return a, nil
+}
+
+// part is one owned input partition: its window state, its committed
+// changelog position and its accounting. Only Run's goroutine touches it.
+type part struct {
+	id     int32
+	win    *window.Partition
+	target int64 // committed changelog position (next offset)
+	acct   Accounting
+
+	// Of the open batch:
+	touched   bool
+	lastCL    *kgo.Record // last changelog record produced in this batch
+	batchAcct Accounting  // acct as it will be once the batch commits
+}
+
+// loadPart builds a partition's in-memory state from the local store, which
+// holds exactly its committed state.
+func loadPart(st *state.Store, cfg window.Config, p int32) (*part, error) {
+	win, err := window.NewPartition(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pt := &part{id: p, win: win, acct: Accounting{Version: 1}}
+	target, _, err := st.Checkpoint(p)
+	if err != nil {
+		return nil, err
+	}
+	pt.target = target
+	err = st.Scan(p, func(name, value []byte) error {
+		switch {
+		case string(name) == changelogMeta:
+			return win.LoadMeta(value)
+		case string(name) == changelogAcct:
+			a, err := DecodeAccounting(value)
+			pt.acct = a
+			return err
+		case len(name) > 0 && name[0] == changelogKeyPrefix:
+			return win.LoadKey(string(name[1:]), value)
+		default:
+			return fmt.Errorf("unknown state entry %q", name)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consume: load partition %d: %w", p, err)
+	}
+	win.ClearDirty()
+	pt.batchAcct = pt.acct
+	return pt, nil
+}

@@ -1,0 +1,617 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/state"
+	"github.com/vibeline/processor/internal/txn"
+	"github.com/vibeline/processor/internal/window"
+)
+
+// Options are the injected dependencies of a Processor.
+type Options struct {
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+	// Now paces commits; it never influences a decision. Default time.Now.
+	Now func() time.Time
+	// ExtraKgoOpts are appended to the client options (tests, TLS, SASL).
+	ExtraKgoOpts []kgo.Opt
+	// OnCommit, if set, is called after each committed batch (tests, demo).
+	OnCommit func()
+}
+
+// Processor is one running instance of the processor.
+type Processor struct {
+	cfg     config.Config
+	log     *slog.Logger
+	met     *metrics.Metrics
+	now     func() time.Time
+	extra   []kgo.Opt
+	onCmt   func()
+	winCfg  window.Config
+	valid   *event.Validator
+	store   *state.Store
+	sess    txn.Session
+	restore *changelogReader
+	input   string
+	cl      string // changelog topic
+
+	// mu guards parts and fresh: the restore callback (a franz-go
+	// goroutine) installs partitions, Run's goroutine uses them.
+	mu    sync.Mutex
+	parts map[int32]*part
+	fresh map[int32]bool // newly assigned, awaiting restore
+
+	// Of the open batch (Run's goroutine only):
+	inTxn    bool
+	txnStart time.Time
+	batch       []*part
+	batchAlerts map[string]int
+}
+
+// New builds a processor for cfg. It does not contact Kafka; Run does.
+func New(cfg config.Config, o Options) (*Processor, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Metrics == nil {
+		return nil, errors.New("consume: Options.Metrics is required")
+	}
+	r := cfg.Rule
+	winCfg := window.Config{
+		Threshold:      r.Threshold,
+		SizeMs:         r.Window.Milliseconds(),
+		DelayMs:        r.WatermarkDelay.Milliseconds(),
+		LatenessMs:     r.AllowedLateness.Milliseconds(),
+		DedupHorizonMs: r.DedupHorizon.Milliseconds(),
+		AlertID: func(key, first string) string {
+			return alerts.ID(r.ID, r.Version, key, first)
+		},
+	}
+	if err := winCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("consume: %w", err)
+	}
+	return &Processor{
+		cfg:    cfg,
+		log:    o.Logger,
+		met:    o.Metrics,
+		now:    o.Now,
+		extra:  o.ExtraKgoOpts,
+		onCmt:  o.OnCommit,
+		winCfg: winCfg,
+		valid: event.NewValidator(event.JSONDecoder{}, event.Options{
+			MaxFutureSkewMs: max(r.MaxFutureSkew.Milliseconds(), 1),
+		}),
+		input: cfg.Topics.Input,
+		cl:    cfg.ChangelogTopic(),
+		parts: map[int32]*part{},
+		fresh: map[int32]bool{},
+
+		batchAlerts: map[string]int{},
+	}, nil
+}
+
+// StateDir is where the rule's local store lives: one directory per rule id
+// and version, so two versions never share state.
+func StateDir(cfg config.Config) string {
+	return filepath.Join(cfg.StateDir, fmt.Sprintf("%s-v%d", cfg.Rule.ID, cfg.Rule.Version))
+}
+
+// Run runs the processor until ctx ends (a clean shutdown: the open batch
+// commits, then the member leaves the group) or a fatal error.
+func (p *Processor) Run(ctx context.Context) error {
+	startCtx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout)
+	defer cancel()
+	if err := ensureTopics(startCtx, p.cfg, p.baseOpts(), p.log); err != nil {
+		return err
+	}
+	st, err := state.Open(StateDir(p.cfg), p.log)
+	if err != nil {
+		return err
+	}
+	p.store = st
+	defer st.Close()
+	p.restore = &changelogReader{topic: p.cl, opts: p.baseOpts()}
+
+	opts := append(p.baseOpts(),
+		kgo.ConsumerGroup(p.cfg.GroupID),
+		kgo.ConsumeTopics(p.input),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(p.cfg.SessionTimeout),
+		kgo.InstanceID(p.cfg.InstanceID),
+		kgo.RecordPartitioner(partitioner{manual: p.cl, def: kgo.StickyKeyPartitioner(nil)}),
+		kgo.OnPartitionsAssigned(p.onAssigned),
+		kgo.OnPartitionsRevoked(p.onRevoked),
+		kgo.OnPartitionsLost(p.onLost),
+		kgo.OnOffsetsFetched(p.onFetched),
+	)
+	switch p.cfg.Mode {
+	case config.AtLeastOnce:
+		p.sess, err = txn.NewAtLeastOnce(startCtx, opts...)
+	default:
+		opts = append(opts,
+			kgo.TransactionalID(p.cfg.TransactionalID()),
+			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
+		)
+		p.sess, err = txn.NewExactlyOnce(startCtx, opts...)
+	}
+	if err != nil {
+		return fmt.Errorf("consume: start (kafka %v): %w", p.cfg.Brokers, err)
+	}
+	p.log.Info("processor started", "group", p.cfg.GroupID, "instance", p.cfg.InstanceID,
+		"mode", p.cfg.Mode, "topic", p.input, "changelog", p.cl, "rule", p.cfg.Rule.ID, "rule_version", p.cfg.Rule.Version)
+	err = p.loop(ctx)
+	p.sess.Close()
+	p.met.SetReady(false)
+	return err
+}
+
+func (p *Processor) baseOpts() []kgo.Opt {
+	return append([]kgo.Opt{
+		kgo.SeedBrokers(p.cfg.Brokers...),
+		kgo.ClientID("processor-" + p.cfg.InstanceID),
+		kgo.ProducerLinger(0),
+	}, p.extra...)
+}
+
+func (p *Processor) loop(ctx context.Context) error {
+	for {
+		if ctx.Err() != nil {
+			return p.shutdown()
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, p.pollTimeout())
+		fetches := p.sess.Client().PollRecords(pollCtx, p.cfg.MaxPollRecords)
+		cancel()
+		if fetches.IsClientClosed() {
+			return errors.New("consume: client closed")
+		}
+		fetches.EachError(func(t string, part int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			p.log.Warn("consume: fetch error", "topic", t, "partition", part, "err", err)
+		})
+		if !fetches.Empty() {
+			if err := p.processFetches(ctx, fetches); err != nil {
+				return err
+			}
+		}
+		if p.inTxn && (p.now().Sub(p.txnStart) >= p.cfg.CommitInterval || ctx.Err() != nil) {
+			if err := p.commit(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+		}
+		if !p.inTxn {
+			// Rebalances run only between batches.
+			p.sess.AllowRebalance()
+		}
+	}
+}
+
+func (p *Processor) pollTimeout() time.Duration {
+	if !p.inTxn {
+		return time.Second
+	}
+	left := p.cfg.CommitInterval - p.now().Sub(p.txnStart)
+	return max(left, time.Millisecond)
+}
+
+func (p *Processor) shutdown() error {
+	if p.inTxn {
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.TransactionTimeout)
+		defer cancel()
+		if err := p.commit(ctx); err != nil {
+			return err
+		}
+	}
+	p.sess.AllowRebalance()
+	p.log.Info("processor stopped")
+	return nil
+}
+
+func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) error {
+	var err error
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if err != nil || len(fp.Records) == 0 {
+			return
+		}
+		p.mu.Lock()
+		pt := p.parts[fp.Partition]
+		p.mu.Unlock()
+		if pt == nil {
+			err = fmt.Errorf("consume: records of partition %d arrived before its state was restored", fp.Partition)
+			return
+		}
+		if !p.inTxn {
+			if err = p.sess.Begin(); err != nil {
+				return
+			}
+			p.inTxn, p.txnStart = true, p.now()
+		}
+		if !pt.touched {
+			pt.touched = true
+			p.batch = append(p.batch, pt)
+		}
+		for _, r := range fp.Records {
+			p.handle(ctx, pt, r)
+		}
+	})
+	return err
+}
+
+// handle runs one input record through SPEC.md section 4 and produces its
+// outputs into the open batch.
+func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
+	a := &pt.batchAcct
+	a.Records++
+	a.NextOffset = r.Offset + 1
+	ev, verr := p.valid.Check(r.Key, r.Value, r.Timestamp.UnixMilli())
+	if verr != nil {
+		a.DeadLettered++
+		p.sess.Produce(ctx, deadLetter(p.cfg.Topics.DLQ, r, verr))
+		p.met.DeadLetters.WithLabelValues(string(verr.Reason)).Inc()
+		return
+	}
+	rule := p.cfg.Rule
+	qualifies := ev.Value >= rule.MinValue && (rule.Quality == "" || ev.Quality == rule.Quality)
+	res := pt.win.Process(window.Event{
+		Key:       ev.MachineID,
+		EventID:   ev.EventID,
+		SensorID:  ev.SensorID,
+		TS:        ev.TS,
+		Value:     ev.Value,
+		Partition: r.Partition,
+		Offset:    r.Offset,
+	}, qualifies)
+	switch res.Outcome {
+	case window.Processed:
+		a.Processed++
+	case window.Filtered:
+		a.Filtered++
+	case window.Duplicate:
+		a.Duplicate++
+	case window.TooLate:
+		a.TooLate++
+		p.sess.Produce(ctx, tooLate(p.cfg.Topics.Late, r, res))
+	}
+	for _, rev := range res.Revisions {
+		p.sess.Produce(ctx, p.alertRecord(rev))
+	}
+}
+
+func (p *Processor) alertRecord(rev window.Revision) *kgo.Record {
+	rule := p.cfg.Rule
+	a := alerts.Alert{
+		AlertID:     rev.AlertID,
+		Revision:    rev.Revision,
+		Status:      rev.Status.String(),
+		MergedInto:  rev.MergedInto,
+		RuleID:      rule.ID,
+		RuleVersion: rule.Version,
+		MachineID:   rev.Key,
+		Start:       rev.Start,
+		End:         rev.End,
+		Count:       rev.Count,
+		Late:        rev.Late,
+		Watermark:   rev.Watermark,
+	}
+	for _, e := range rev.Evidence {
+		a.Evidence = append(a.Evidence, alerts.Evidence{
+			EventID: e.EventID, SensorID: e.SensorID, TS: e.TS, Value: e.Value,
+			Partition: e.Partition, Offset: e.Offset,
+		})
+	}
+	a.Reason = alerts.ReasonSentence(a.Status, a.Count, rule.Description, a.MachineID, a.Start, a.End, a.MergedInto)
+	val, err := a.Encode()
+	if err != nil {
+		// Encoding a well-formed struct cannot fail; keep the record visible if it does.
+		val = []byte(fmt.Sprintf(`{"alert_id":%q,"error":%q}`, a.AlertID, err.Error()))
+	}
+	p.batchAlerts[a.Status]++ // counted when the batch commits
+	return &kgo.Record{Topic: p.cfg.Topics.Alerts, Key: []byte(rev.Key), Value: val}
+}
+
+// commit ends the open batch: it writes each touched partition's changed
+// state to the changelog, then commits (or, on failure, aborts) the
+// transaction, and applies the state to the local store only once Kafka
+// committed it.
+func (p *Processor) commit(ctx context.Context) error {
+	start := p.now()
+	b := p.store.NewBatch()
+	var stageErr error
+	stage := func(pt *part, name []byte, value []byte) {
+		if stageErr != nil {
+			return
+		}
+		rec := &kgo.Record{Topic: p.cl, Partition: pt.id, Key: name, Value: value}
+		p.sess.Produce(ctx, rec)
+		pt.lastCL = rec
+		stageErr = b.Put(pt.id, name, value)
+	}
+	for _, pt := range p.batch {
+		pt.win.Sweep()
+		keys, meta := pt.win.Dirty()
+		for _, k := range keys {
+			stage(pt, append([]byte{changelogKeyPrefix}, k...), pt.win.EncodeKey(k))
+		}
+		if meta {
+			stage(pt, []byte(changelogMeta), pt.win.EncodeMeta())
+		}
+		acct, err := jsonMarshal(pt.batchAcct)
+		if err != nil {
+			stageErr = err
+		}
+		stage(pt, []byte(changelogAcct), acct)
+	}
+	committed, err := p.sess.End(ctx, stageErr == nil, func(topic string, partition int32) (string, error) {
+		pt := p.batchPart(partition)
+		if pt == nil {
+			return "", fmt.Errorf("consume: commit of partition %d without its state", partition)
+		}
+		return txn.EncodeMeta(pt.nextTarget()), nil
+	})
+	p.inTxn = false
+	dur := p.now().Sub(start)
+	p.met.CommitSeconds.Observe(dur.Seconds())
+	if stageErr != nil {
+		b.Discard()
+		return fmt.Errorf("consume: stage state: %w", stageErr)
+	}
+	if err != nil && !errors.Is(err, txn.ErrProduce) {
+		b.Discard()
+		p.met.Transactions.WithLabelValues("failed").Inc()
+		return err
+	}
+	if !committed {
+		b.Discard()
+		p.met.Transactions.WithLabelValues("aborted").Inc()
+		p.log.Info("consume: batch aborted, rewinding to the committed state", "partitions", len(p.batch), "err", err)
+		return p.reloadAll()
+	}
+	for _, pt := range p.batch {
+		if err := b.SetCheckpoint(pt.id, pt.nextTarget()); err != nil {
+			b.Discard()
+			return err
+		}
+	}
+	if err := b.Commit(); err != nil {
+		return err
+	}
+	for _, pt := range p.batch {
+		p.countCommitted(pt)
+		pt.target = pt.nextTarget()
+		pt.acct = pt.batchAcct
+		pt.lastCL = nil
+		pt.touched = false
+		pt.win.ClearDirty()
+		if w := pt.win.Watermark(); w != window.NoWatermark {
+			p.met.Watermark.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(w) / 1000)
+		}
+		p.met.StateKeys.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(pt.win.Stats().Keys))
+	}
+	p.batch = p.batch[:0]
+	for status, n := range p.batchAlerts {
+		p.met.Alerts.WithLabelValues(status).Add(float64(n))
+	}
+	clear(p.batchAlerts)
+	p.met.Transactions.WithLabelValues("committed").Inc()
+	if p.onCmt != nil {
+		p.onCmt()
+	}
+	return nil
+}
+
+func (pt *part) nextTarget() int64 {
+	if pt.lastCL != nil {
+		return pt.lastCL.Offset + 1
+	}
+	return pt.target
+}
+
+func (p *Processor) batchPart(id int32) *part {
+	for _, pt := range p.batch {
+		if pt.id == id {
+			return pt
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.parts[id]
+}
+
+func (p *Processor) countCommitted(pt *part) {
+	lbl := strconv.Itoa(int(pt.id))
+	n, o := pt.batchAcct, pt.acct
+	p.met.Records.WithLabelValues(lbl, "processed").Add(float64(n.Processed - o.Processed))
+	p.met.Records.WithLabelValues(lbl, "filtered").Add(float64(n.Filtered - o.Filtered))
+	p.met.Records.WithLabelValues(lbl, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
+	p.met.Records.WithLabelValues(lbl, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
+	p.met.Records.WithLabelValues(lbl, "too_late").Add(float64(n.TooLate - o.TooLate))
+}
+
+// reloadAll replaces every owned partition's in-memory state by the
+// committed state of the local store (after an abort).
+func (p *Processor) reloadAll() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.parts {
+		pt, err := loadPart(p.store, p.winCfg, id)
+		if err != nil {
+			return err
+		}
+		p.parts[id] = pt
+	}
+	p.batch = p.batch[:0]
+	clear(p.batchAlerts)
+	return nil
+}
+
+// Rebalance callbacks. With BlockRebalanceOnPoll, assigned/revoked/lost run
+// only between batches, on a franz-go goroutine while Run's goroutine waits
+// in PollRecords.
+
+func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range assigned[p.input] {
+		// Whatever we held for it is stale: another member may have
+		// committed since. It is restored when its offsets are fetched.
+		delete(p.parts, id)
+		p.fresh[id] = true
+	}
+	p.met.Rebalances.WithLabelValues("assigned").Inc()
+	p.met.SetReady(false)
+	p.log.Info("consume: partitions assigned", "topic", p.input, "partitions", assigned[p.input])
+}
+
+func (p *Processor) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	p.drop(revoked[p.input])
+	p.met.Rebalances.WithLabelValues("revoked").Inc()
+	p.log.Info("consume: partitions revoked", "topic", p.input, "partitions", revoked[p.input])
+}
+
+func (p *Processor) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	p.drop(lost[p.input])
+	p.met.Rebalances.WithLabelValues("lost").Inc()
+	p.log.Warn("consume: partitions lost", "topic", p.input, "partitions", lost[p.input])
+}
+
+func (p *Processor) drop(ids []int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		delete(p.parts, id)
+		delete(p.fresh, id)
+	}
+}
+
+// onFetched restores every newly assigned partition to exactly the
+// changelog position committed with its input offset, before any of its
+// records is fetched.
+func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	type committedOffset struct {
+		offset int64
+		meta   *string
+	}
+	found := map[int32]committedOffset{}
+	for _, t := range resp.Topics {
+		for _, pp := range t.Partitions {
+			found[pp.Partition] = committedOffset{pp.Offset, pp.Metadata}
+		}
+	}
+	for _, g := range resp.Groups {
+		for _, t := range g.Topics {
+			for _, pp := range t.Partitions {
+				found[pp.Partition] = committedOffset{pp.Offset, pp.Metadata}
+			}
+		}
+	}
+	p.mu.Lock()
+	var todo []int32
+	for id := range p.fresh {
+		todo = append(todo, id)
+	}
+	p.mu.Unlock()
+	slices.Sort(todo)
+	for _, id := range todo {
+		co, ok := found[id]
+		var target int64
+		var fromScratch bool
+		switch {
+		case ok && co.offset >= 0 && co.meta != nil:
+			t, okMeta := txn.DecodeMeta(*co.meta)
+			if okMeta {
+				target = t
+				break
+			}
+			fallthrough
+		case ok && co.offset >= 0:
+			end, err := p.restore.end(ctx, id)
+			if err != nil {
+				return err
+			}
+			p.log.Warn("consume: committed offset carries no changelog position; restoring to the changelog's end",
+				"partition", id, "offset", co.offset, "changelog_end", end)
+			target = end
+		default:
+			// No committed offset: the partition starts from its first
+			// record with empty state, from the changelog's current end.
+			end, err := p.restore.end(ctx, id)
+			if err != nil {
+				return err
+			}
+			target, fromScratch = end, true
+		}
+		start := p.now()
+		if fromScratch {
+			if err := p.store.Drop(id); err != nil {
+				return err
+			}
+			b := p.store.NewBatch()
+			if err := b.SetCheckpoint(id, target); err != nil {
+				return err
+			}
+			if err := b.Commit(); err != nil {
+				return err
+			}
+		} else {
+			st, err := p.store.Restore(ctx, id, target, p.restore)
+			if err != nil {
+				return err
+			}
+			p.met.RestoredRecords.Add(float64(st.Records))
+			p.log.Info("consume: partition restored", "partition", id, "from", st.From, "to", st.To,
+				"records", st.Records, "full", st.Full, "duration", p.now().Sub(start))
+		}
+		pt, err := loadPart(p.store, p.winCfg, id)
+		if err != nil {
+			return err
+		}
+		p.met.Restores.Inc()
+		p.met.RestoreSeconds.Observe(p.now().Sub(start).Seconds())
+		p.mu.Lock()
+		if p.fresh[id] {
+			delete(p.fresh, id)
+			p.parts[id] = pt
+		}
+		p.mu.Unlock()
+	}
+	p.met.SetReady(true)
+	return nil
+}
+
+// partitioner sends changelog records to the partition they name and keys
+// every other record by its key (Kafka's murmur2, so a key's alerts stay in
+// order on one partition).
+type partitioner struct {
+	manual string
+	def    kgo.Partitioner
+}
+
+func (pr partitioner) ForTopic(t string) kgo.TopicPartitioner {
+	if t == pr.manual {
+		return kgo.ManualPartitioner().ForTopic(t)
+	}
+	return pr.def.ForTopic(t)
+}

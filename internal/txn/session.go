@@ -1,0 +1,215 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// MetaFunc returns the offset-commit metadata of one input partition.
+type MetaFunc func(topic string, partition int32) (string, error)
+
+// Session is one instance's consuming and producing client with its commit
+// protocol. Poll, Begin, Produce and End must be called from one goroutine.
+type Session interface {
+	// Client is the underlying client (polling, producing, pausing).
+	Client() *kgo.Client
+	// Begin starts a batch.
+	Begin() error
+	// Produce buffers one output record of the current batch.
+	Produce(ctx context.Context, r *kgo.Record)
+	// End flushes the batch's records and commits them with the polled
+	// offsets (metadata from meta) when commit is true and nothing failed;
+	// otherwise it aborts and rewinds the consumer to the committed offsets.
+	// committed=false with err=nil is an ordinary abort.
+	End(ctx context.Context, commit bool, meta MetaFunc) (committed bool, err error)
+	// AllowRebalance lets a pending rebalance run (between batches).
+	AllowRebalance()
+	// Close leaves the group and closes the client.
+	Close()
+}
+
+// ErrProduce wraps a failed produce of the batch (the batch was aborted).
+var ErrProduce = errors.New("txn: produce failed")
+
+// NewExactlyOnce builds a transactional group session. opts must include the
+// group, topics and transactional ID; the producer ID is fetched at once so
+// a previous incarnation with the same transactional ID is fenced now.
+func NewExactlyOnce(ctx context.Context, opts ...kgo.Opt) (Session, error) {
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("txn: new transact session: %w", err)
+	}
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("txn: init producer id (fencing the previous incarnation): %w", err)
+	}
+	return &eos{sess: sess}, nil
+}
+
+type eos struct {
+	sess    *kgo.GroupTransactSession
+	promise *kgo.FirstErrPromise
+}
+
+func (e *eos) Client() *kgo.Client { return e.sess.Client() }
+
+func (e *eos) Begin() error {
+	if err := e.sess.Begin(); err != nil {
+		return fmt.Errorf("txn: begin: %w", err)
+	}
+	e.promise = kgo.AbortingFirstErrPromise(e.sess.Client())
+	return nil
+}
+
+func (e *eos) Produce(ctx context.Context, r *kgo.Record) {
+	e.sess.Produce(ctx, r, e.promise.Promise())
+}
+
+func (e *eos) End(ctx context.Context, commit bool, meta MetaFunc) (bool, error) {
+	// Flush first: without it every batch would wait out the linger, and the
+	// promise's error is only final once every record was acknowledged.
+	var produceErr error
+	if commit {
+		if err := e.sess.Client().Flush(ctx); err != nil {
+			return false, fmt.Errorf("txn: flush: %w", err)
+		}
+	}
+	if e.promise != nil {
+		produceErr = e.promise.Err()
+		e.promise = nil
+	}
+	try := kgo.TryAbort
+	if commit && produceErr == nil {
+		try = kgo.TryCommit
+	}
+	endCtx := kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		for i := range req.Topics {
+			t := &req.Topics[i]
+			for j := range t.Partitions {
+				m, err := meta(t.Topic, t.Partitions[j].Partition)
+				if err != nil {
+					return err
+				}
+				t.Partitions[j].Metadata = &m
+			}
+		}
+		return nil
+	})
+	committed, err := e.sess.End(endCtx, try)
+	if err != nil {
+		return false, fmt.Errorf("txn: end transaction: %w", err)
+	}
+	if produceErr != nil {
+		return false, fmt.Errorf("%w: %w", ErrProduce, produceErr)
+	}
+	return committed, nil
+}
+
+func (e *eos) AllowRebalance() { e.sess.Client().AllowRebalance() }
+
+func (e *eos) Close() { e.sess.CloseAllowingRebalance() }
+
+// NewAtLeastOnce builds a plain group client: outputs are produced without a
+// transaction and offsets are committed after they were acknowledged. A crash
+// between the two repeats the batch's outputs.
+func NewAtLeastOnce(ctx context.Context, opts ...kgo.Opt) (Session, error) {
+	cl, err := kgo.NewClient(append(opts, kgo.DisableAutoCommit())...)
+	if err != nil {
+		return nil, fmt.Errorf("txn: new client: %w", err)
+	}
+	if err := cl.Ping(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("txn: reach kafka: %w", err)
+	}
+	return &alo{cl: cl}, nil
+}
+
+type alo struct {
+	cl      *kgo.Client
+	promise *kgo.FirstErrPromise
+}
+
+func (a *alo) Client() *kgo.Client { return a.cl }
+
+func (a *alo) Begin() error {
+	a.promise = new(kgo.FirstErrPromise)
+	return nil
+}
+
+func (a *alo) Produce(ctx context.Context, r *kgo.Record) {
+	a.cl.Produce(ctx, r, a.promise.Promise())
+}
+
+func (a *alo) End(ctx context.Context, commit bool, meta MetaFunc) (bool, error) {
+	if err := a.cl.Flush(ctx); err != nil {
+		return false, fmt.Errorf("txn: flush: %w", err)
+	}
+	var produceErr error
+	if a.promise != nil {
+		produceErr = a.promise.Err()
+		a.promise = nil
+	}
+	if !commit || produceErr != nil {
+		a.cl.SetOffsets(a.cl.CommittedOffsets())
+		if produceErr != nil {
+			return false, fmt.Errorf("%w: %w", ErrProduce, produceErr)
+		}
+		return false, nil
+	}
+	var metaErr error
+	commitCtx := kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		for i := range req.Topics {
+			t := &req.Topics[i]
+			for j := range t.Partitions {
+				m, err := meta(t.Topic, t.Partitions[j].Partition)
+				if err != nil {
+					metaErr = err
+					return err
+				}
+				t.Partitions[j].Metadata = &m
+			}
+		}
+		return nil
+	})
+	if err := a.cl.CommitUncommittedOffsets(commitCtx); err != nil {
+		a.cl.SetOffsets(a.cl.CommittedOffsets())
+		if metaErr != nil {
+			return false, fmt.Errorf("txn: commit metadata: %w", metaErr)
+		}
+		// A failed commit after a rebalance is an ordinary abort here.
+		return false, nil
+	}
+	return true, nil
+}
+
+func (a *alo) AllowRebalance() { a.cl.AllowRebalance() }
+
+func (a *alo) Close() { a.cl.CloseAllowingRebalance() }
+
+// Metadata of a committed input offset: "v1 cl=<next changelog offset>".
+const metaPrefix = "v1 cl="
+
+// EncodeMeta returns the commit metadata recording a changelog position.
+func EncodeMeta(changelogNext int64) string {
+	return metaPrefix + strconv.FormatInt(changelogNext, 10)
+}
+
+// DecodeMeta parses commit metadata; ok is false when it carries no
+// changelog position (not written by this processor, or by an older one).
+func DecodeMeta(s string) (changelogNext int64, ok bool) {
+	rest, found := strings.CutPrefix(s, metaPrefix)
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}

@@ -1,0 +1,387 @@
+package window
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Binary encoding of a partition's window state, format version 1.
+//
+// Package state stores these bytes opaquely: one value per key (EncodeKey)
+// and one per partition (EncodeMeta). The first byte of each is the format
+// version; a reader rejects versions it does not know with an error wrapping
+// ErrUnknownVersion (the state is then rebuilt by replay, never guessed at).
+//
+// Primitive types:
+//
+//	u8       one byte
+//	u64be    8 bytes, big-endian
+//	u64le    8 bytes, little-endian
+//	uvarint  unsigned LEB128 (encoding/binary.AppendUvarint)
+//	varint   zig-zag signed LEB128 (encoding/binary.AppendVarint)
+//	string   uvarint byte length, then the UTF-8 bytes
+//
+// Key value (EncodeKey), the state of one key of one rule in one input
+// partition; the key itself is not repeated (it is the storage key):
+//
+//	u8       version = 1
+//	uvarint  E, number of kept applied events
+//	E x event, strictly increasing by (ts, event_id):
+//	  varint   ts               event time, ms since the Unix epoch
+//	  string   event_id
+//	  string   sensor_id
+//	  u64le    value            IEEE-754 bits of the float64
+//	  varint   partition        input partition of the record
+//	  varint   offset           input offset of the record
+//	uvarint  M, number of remembered event ids (dedup)
+//	M x entry, strictly increasing by (ts, event_id), event_ids distinct:
+//	  varint   ts               remembered event time
+//	  string   event_id
+//	uvarint  K, number of open incidents
+//	K x incident, by start, disjoint (start > previous end):
+//	  string   alert_id
+//	  uvarint  revision         last emitted revision number
+//	  varint   start
+//	  varint   end              >= start
+//	  uvarint  count
+//	  uvarint  V, evidence length (= the rule's Threshold N)
+//	  V x event                 same layout as above
+//
+// Nothing may follow. On load, the incidents are checked against the events:
+// the evidence must be the N kept events starting at the first event with
+// ts == start, spanning <= S, and count must equal the number of kept events
+// with ts in [start, end].
+//
+// Partition meta value (EncodeMeta):
+//
+//	u8       version = 1
+//	u64be    watermark          two's complement int64; NoWatermark = math.MinInt64
+//
+// Exactly 9 bytes. Prune deadlines and the partition-wide incident index
+// are not stored: LoadKey rebuilds them.
+const formatVersion = 1
+
+// ErrUnknownVersion is wrapped by LoadKey and LoadMeta when the first byte
+// is not a format version this package reads.
+var ErrUnknownVersion = errors.New("unknown state format version")
+
+// ErrCorrupt is wrapped by LoadKey and LoadMeta for bytes that are not a
+// valid encoding of a known version.
+var ErrCorrupt = errors.New("corrupt state")
+
+// EncodeKey returns the encoding of key's state, or nil when the key has no
+// state (never had any, or was deleted by garbage collection).
+func (p *Partition) EncodeKey(key string) []byte {
+	ks := p.keys[key]
+	if ks == nil {
+		return nil
+	}
+	size := 16
+	for i := range ks.events {
+		size += 32 + len(ks.events[i].EventID) + len(ks.events[i].SensorID)
+	}
+	for _, e := range ks.seenBy {
+		size += 12 + len(e.id)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, formatVersion)
+	b = binary.AppendUvarint(b, uint64(len(ks.events)))
+	for i := range ks.events {
+		b = appendEvent(b, &ks.events[i])
+	}
+	b = binary.AppendUvarint(b, uint64(len(ks.seenBy)))
+	for _, e := range ks.seenBy {
+		b = binary.AppendVarint(b, e.ts)
+		b = appendString(b, e.id)
+	}
+	b = binary.AppendUvarint(b, uint64(len(ks.open)))
+	for _, inc := range ks.open {
+		b = appendString(b, inc.alertID)
+		b = binary.AppendUvarint(b, uint64(inc.rev))
+		b = binary.AppendVarint(b, inc.start)
+		b = binary.AppendVarint(b, inc.end)
+		b = binary.AppendUvarint(b, uint64(inc.count))
+		b = binary.AppendUvarint(b, uint64(len(inc.evidence)))
+		for i := range inc.evidence {
+			b = appendEvent(b, &inc.evidence[i])
+		}
+	}
+	return b
+}
+
+// EncodeMeta returns the encoding of the partition meta (the watermark).
+func (p *Partition) EncodeMeta() []byte {
+	b := make([]byte, 9)
+	b[0] = formatVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(p.wm))
+	return b
+}
+
+// LoadMeta restores the partition meta from EncodeMeta's bytes. It does not
+// mark anything dirty.
+func (p *Partition) LoadMeta(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("window: load meta: %w: empty", ErrCorrupt)
+	}
+	if data[0] != formatVersion {
+		return fmt.Errorf("window: load meta: %w %d", ErrUnknownVersion, data[0])
+	}
+	if len(data) != 9 {
+		return fmt.Errorf("window: load meta: %w: %d bytes, want 9", ErrCorrupt, len(data))
+	}
+	p.wm = int64(binary.BigEndian.Uint64(data[1:]))
+	return nil
+}
+
+// LoadKey restores key's state from EncodeKey's bytes, replacing any state
+// the key had, and rebuilds the partition-wide indexes (open incidents by
+// end, prune deadlines). It does not mark anything dirty. On error the
+// partition is unchanged.
+func (p *Partition) LoadKey(key string, data []byte) error {
+	ks, err := p.decodeKey(key, data)
+	if err != nil {
+		return fmt.Errorf("window: load key %q: %w", key, err)
+	}
+	if old := p.keys[key]; old != nil {
+		for _, inc := range old.open {
+			p.open.remove(inc)
+		}
+		p.nEvents -= len(old.events)
+		p.nDedup -= len(old.seenBy)
+		if old.dirty {
+			ks.dirty = true // still listed in dirtyKeys
+		}
+	}
+	p.keys[key] = ks
+	for _, inc := range ks.open {
+		p.open.push(inc)
+	}
+	p.nEvents += len(ks.events)
+	p.nDedup += len(ks.seenBy)
+	p.reschedule(ks)
+	return nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendEvent(b []byte, e *Evidence) []byte {
+	b = binary.AppendVarint(b, e.TS)
+	b = appendString(b, e.EventID)
+	b = appendString(b, e.SensorID)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.Value))
+	b = binary.AppendVarint(b, int64(e.Partition))
+	return binary.AppendVarint(b, e.Offset)
+}
+
+// decoder reads the primitives; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a uvarint element count; each element takes at least min
+// bytes, which bounds allocations on hostile input.
+func (d *decoder) count(what string, min int) int {
+	v := d.uvarint()
+	if d.err == nil && v > uint64(len(d.b)/min) {
+		d.fail("%s count %d exceeds the remaining %d bytes", what, v, len(d.b))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("string length %d exceeds the remaining %d bytes", n, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) event() Evidence {
+	var e Evidence
+	e.TS = d.varint()
+	e.EventID = d.string()
+	e.SensorID = d.string()
+	if d.err == nil {
+		if len(d.b) < 8 {
+			d.fail("truncated value")
+		} else {
+			e.Value = math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+			d.b = d.b[8:]
+		}
+	}
+	part := d.varint()
+	if d.err == nil && (part < math.MinInt32 || part > math.MaxInt32) {
+		d.fail("partition %d out of int32 range", part)
+	}
+	e.Partition = int32(part)
+	e.Offset = d.varint()
+	return e
+}
+
+const minEventBytes = 1 + 1 + 1 + 8 + 1 + 1
+
+func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	}
+	if data[0] != formatVersion {
+		return nil, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
+	}
+	d := &decoder{b: data[1:]}
+	ks := &keyState{key: key}
+
+	if n := d.count("event", minEventBytes); n > 0 {
+		ks.events = make([]Evidence, 0, n)
+		for range n {
+			e := d.event()
+			if d.err != nil {
+				break
+			}
+			if k := len(ks.events); k > 0 && !evLess(&ks.events[k-1], &e) {
+				d.fail("events not strictly increasing by (ts, event_id) at %d", k)
+				break
+			}
+			ks.events = append(ks.events, e)
+		}
+	}
+
+	m := d.count("dedup", 2)
+	ks.seen = make(map[string]int64, m)
+	if m > 0 {
+		ks.seenBy = make([]seenEntry, 0, m)
+		for range m {
+			e := seenEntry{ts: d.varint(), id: d.string()}
+			if d.err != nil {
+				break
+			}
+			if k := len(ks.seenBy); k > 0 && cmpSeen(ks.seenBy[k-1], e) >= 0 {
+				d.fail("dedup entries not strictly increasing by (ts, event_id) at %d", k)
+				break
+			}
+			if _, dup := ks.seen[e.id]; dup {
+				d.fail("dedup event_id %q repeated", e.id)
+				break
+			}
+			ks.seen[e.id] = e.ts
+			ks.seenBy = append(ks.seenBy, e)
+		}
+	}
+
+	n, s := p.cfg.Threshold, p.cfg.SizeMs
+	for range d.count("incident", 6) {
+		inc := &incident{ks: ks, hidx: -1}
+		inc.alertID = d.string()
+		rev := d.uvarint()
+		inc.start = d.varint()
+		inc.end = d.varint()
+		count := d.uvarint()
+		v := d.count("evidence", minEventBytes)
+		if d.err != nil {
+			break
+		}
+		if v != n {
+			d.fail("incident %q has %d evidence events, the threshold is %d", inc.alertID, v, n)
+			break
+		}
+		inc.evidence = make([]Evidence, v)
+		for i := range inc.evidence {
+			inc.evidence[i] = d.event()
+		}
+		if d.err != nil {
+			break
+		}
+		switch {
+		case inc.alertID == "":
+			d.fail("incident with empty alert_id")
+		case rev > math.MaxInt32:
+			d.fail("incident %q revision %d out of range", inc.alertID, rev)
+		case inc.end < inc.start:
+			d.fail("incident %q end %d before start %d", inc.alertID, inc.end, inc.start)
+		case len(ks.open) > 0 && inc.start <= ks.open[len(ks.open)-1].end:
+			d.fail("incident %q not after the previous one", inc.alertID)
+		}
+		if d.err != nil {
+			break
+		}
+		inc.rev = int(rev)
+		// The evidence must be the kept window at the first event with
+		// ts == start, and count the kept events in [start, end].
+		first := ks.lowerBound(inc.start)
+		if first+n > len(ks.events) || ks.events[first].TS != inc.start ||
+			!slices.EqualFunc(ks.events[first:first+n], inc.evidence, sameEvidence) ||
+			!spanWithin(inc.evidence[0].TS, inc.evidence[n-1].TS, s) ||
+			inc.evidence[n-1].TS > inc.end {
+			d.fail("incident %q evidence does not match the events", inc.alertID)
+			break
+		}
+		if c := ks.upperBound(inc.end) - first; uint64(c) != count {
+			d.fail("incident %q count %d, the events say %d", inc.alertID, count, c)
+			break
+		}
+		inc.count = int(count)
+		ks.open = append(ks.open, inc)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if ks.empty() {
+		return nil, fmt.Errorf("%w: no state (a deleted key has no value)", ErrCorrupt)
+	}
+	return ks, nil
+}
+
+// sameEvidence compares every field, the value by its bits.
+func sameEvidence(a, b Evidence) bool {
+	return a.EventID == b.EventID && a.SensorID == b.SensorID && a.TS == b.TS &&
+		math.Float64bits(a.Value) == math.Float64bits(b.Value) &&
+		a.Partition == b.Partition && a.Offset == b.Offset
+}

@@ -1,0 +1,156 @@
+package window
+
+import "math"
+
+// Garbage collection.
+//
+// Two kinds of state can be forgotten without changing any future output:
+//
+//   - A remembered event_id whose ts < W - H. Step 3 only treats an id as a
+//     duplicate while its remembered ts >= W - H, and W never decreases, so
+//     the entry can never make anything a duplicate again. Forgetting it or
+//     not, a later event with that id is not a duplicate and is remembered
+//     afresh.
+//   - An applied event with ts < W - L - S and ts < the start of every open
+//     incident of its key. Every future applied event x has ts >= W - L, and
+//     a firing window containing x holds only events with ts >= ts(x) - S >=
+//     W - L - S, so the pruned event is in no future firing window; the
+//     windows of the kept events that contain x are the same with or
+//     without it (a window that skipped over it would start before it and
+//     span more than S). Future incidents start at >= W - L - S and open
+//     ones after it, so no future count includes it either.
+//
+// Both sets are prefixes in (ts, ...) order, so pruning cuts a prefix and
+// the kept events are always a suffix of all applied events of the key. A
+// key with no events, no remembered ids and no open incidents is deleted.
+// Because none of this changes an output, it does not matter when Sweep
+// runs; the property tests check that.
+//
+// Each key's next deadline — the smallest W at which its first remembered id
+// or its first event becomes prunable — is queued in a min-heap (lazy: an
+// entry is valid only while it equals the key's scheduled deadline), so Sweep
+// costs O(1) when nothing is due.
+
+// prune forgets what is prunable in ks at watermark w and reports whether
+// anything changed. It never deletes the key.
+func (p *Partition) prune(ks *keyState, w int64) bool {
+	changed := false
+	if len(ks.seenBy) > 0 {
+		h := subSat(w, p.cfg.DedupHorizonMs)
+		if ks.seenBy[0].ts < h {
+			k := 1
+			for k < len(ks.seenBy) && ks.seenBy[k].ts < h {
+				k++
+			}
+			for _, e := range ks.seenBy[:k] {
+				delete(ks.seen, e.id)
+			}
+			clear(ks.seenBy[:k])
+			ks.seenBy = ks.seenBy[k:]
+			p.nDedup -= k
+			changed = true
+		}
+	}
+	if len(ks.events) > 0 {
+		thr := subSat(subSat(w, p.cfg.LatenessMs), p.cfg.SizeMs)
+		if len(ks.open) > 0 && ks.open[0].start < thr {
+			thr = ks.open[0].start
+		}
+		if ks.events[0].TS < thr {
+			k := 1
+			for k < len(ks.events) && ks.events[k].TS < thr {
+				k++
+			}
+			clear(ks.events[:k])
+			ks.events = ks.events[k:]
+			p.nEvents -= k
+			changed = true
+		}
+	}
+	return changed
+}
+
+// deadline returns the smallest watermark at which prune would change ks,
+// or false when nothing becomes prunable through the watermark alone (the
+// events are held by an open incident, whose close reschedules the key). An
+// empty key is due at once.
+func (p *Partition) deadline(ks *keyState) (int64, bool) {
+	if ks.empty() {
+		return math.MinInt64, true
+	}
+	d, ok := int64(math.MaxInt64), false
+	// ts < W - H  <=>  W >= ts + H + 1
+	if len(ks.seenBy) > 0 {
+		if t, good := after(ks.seenBy[0].ts, p.cfg.DedupHorizonMs); good {
+			d, ok = t, true
+		}
+	}
+	// ts < W - L - S  <=>  W >= ts + L + S + 1 (when not held by an incident)
+	if len(ks.events) > 0 && (len(ks.open) == 0 || ks.events[0].TS < ks.open[0].start) {
+		if ls, good := addChecked(p.cfg.LatenessMs, p.cfg.SizeMs); good {
+			if t, good := after(ks.events[0].TS, ls); good && t < d {
+				d, ok = t, true
+			}
+		}
+	}
+	return d, ok
+}
+
+// after returns ts + delta + 1, reporting overflow (delta >= 0).
+func after(ts, delta int64) (int64, bool) {
+	t, ok := addChecked(ts, delta)
+	if !ok || t == math.MaxInt64 {
+		return 0, false
+	}
+	return t + 1, true
+}
+
+// reschedule queues ks's current deadline unless it is already queued.
+func (p *Partition) reschedule(ks *keyState) {
+	d, ok := p.deadline(ks)
+	if !ok {
+		ks.scheduled = false
+		return
+	}
+	if ks.scheduled && ks.sched == d {
+		return
+	}
+	ks.sched, ks.scheduled = d, true
+	p.sweepQ.push(sweepEntry{at: d, key: ks.key})
+}
+
+// Sweep garbage-collects the keys whose prune deadline the watermark has
+// reached: it forgets expired event ids and events that can never matter
+// again, and deletes keys left with no state. Deleted and pruned keys are
+// marked dirty (EncodeKey of a deleted key is nil). It returns the number of
+// keys deleted. Sweep never changes an output, so callers may run it
+// whenever convenient (for example before persisting at commit time); it
+// costs O(1) when nothing is due.
+func (p *Partition) Sweep() int {
+	deleted := 0
+	for len(p.sweepQ) > 0 && p.sweepQ[0].at <= p.wm {
+		e := p.sweepQ.pop()
+		ks := p.keys[e.key]
+		if ks == nil || !ks.scheduled || ks.sched != e.at {
+			continue // stale entry
+		}
+		ks.scheduled = false
+		if p.prune(ks, p.wm) {
+			p.markDirty(ks)
+		}
+		if ks.empty() {
+			delete(p.keys, ks.key)
+			p.markDirty(ks)
+			deleted++
+			continue
+		}
+		if d, ok := p.deadline(ks); ok && d <= p.wm {
+			// Cannot happen: prune removed everything due at p.wm. Leave
+			// the key unscheduled rather than loop; its next event
+			// reschedules it.
+			continue
+		}
+		p.reschedule(ks)
+	}
+	return deleted
+}

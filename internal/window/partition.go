@@ -1,0 +1,194 @@
+package window
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Partition is the event-time state of one rule over one input partition:
+// the watermark and, per key, the applied events, the remembered event ids
+// and the open incidents. It is not safe for concurrent use.
+type Partition struct {
+	cfg Config
+	wm  int64
+
+	keys   map[string]*keyState
+	open   openIndex  // every open incident of the partition, by (end, alert_id)
+	sweepQ sweepQueue // lazy prune deadlines of keys, by watermark
+
+	dirtyKeys []string // may hold repeats; Dirty sorts and compacts
+	dirtyMeta bool
+
+	nEvents, nDedup int // for Stats
+
+	// keepAll disables pruning inside Process, so that tests can compare
+	// against a partition that forgets nothing unless Sweep runs.
+	keepAll bool
+}
+
+// NewPartition returns an empty partition (watermark NoWatermark) for cfg.
+func NewPartition(cfg Config) (*Partition, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Partition{cfg: cfg, wm: NoWatermark, keys: make(map[string]*keyState)}, nil
+}
+
+// Watermark returns the partition watermark W (NoWatermark before any
+// event).
+func (p *Partition) Watermark() int64 { return p.wm }
+
+// Process runs SPEC.md section 4 steps 2 to 7 for one record that passed
+// decoding and validation (step 1). qualifies is the rule filter's verdict,
+// computed by the caller. Step 6 (the watermark advance) and step 7 (closing)
+// run for every record, whatever its outcome.
+func (p *Partition) Process(ev Event, qualifies bool) Result {
+	w := p.wm
+	res := Result{Watermark: w}
+	if ev.TS < w {
+		res.LatenessMs = subSat(w, ev.TS)
+	}
+	if !qualifies { // step 2
+		res.Outcome = Filtered
+	} else {
+		res.Outcome, res.Revisions = p.qualifying(&ev, w)
+	}
+	// Step 6: W = max(W, ts - D).
+	if nw := subSat(ev.TS, p.cfg.DelayMs); nw > p.wm {
+		p.wm = nw
+		p.dirtyMeta = true
+	}
+	// Step 7.
+	if len(p.open) > 0 {
+		res.Revisions = p.closeDue(res.Revisions)
+	}
+	return res
+}
+
+// qualifying runs steps 3 to 5 for a qualifying event; w is W before it.
+func (p *Partition) qualifying(ev *Event, w int64) (Outcome, []Revision) {
+	ks := p.keys[ev.Key]
+	if ks == nil {
+		ks = &keyState{key: ev.Key, seen: make(map[string]int64)}
+		p.keys[ev.Key] = ks
+	} else if !p.keepAll && p.prune(ks, w) {
+		// Pruning the touched key here is free (its fronts are hot) and,
+		// like Sweep, invisible in the output.
+		p.markDirty(ks)
+	}
+
+	// Step 3. After the prune above every remembered ts is >= W - H, but
+	// the comparison stays so that correctness does not rest on it.
+	if r, ok := ks.seen[ev.EventID]; ok && r >= subSat(w, p.cfg.DedupHorizonMs) {
+		p.reschedule(ks)
+		return Duplicate, nil
+	}
+	p.remember(ks, ev.EventID, ev.TS)
+	p.markDirty(ks)
+
+	// Step 4: ts < W - L is too late (remembered above all the same);
+	// W - L <= ts < W is late but applied.
+	out, revs := TooLate, []Revision(nil)
+	if ev.TS >= subSat(w, p.cfg.LatenessMs) {
+		out = Processed
+		revs = p.apply(ks, ev, w) // step 5
+	}
+	p.reschedule(ks)
+	return out, revs
+}
+
+// remember records event id -> ts for deduplication, replacing an expired
+// entry of the same id.
+func (p *Partition) remember(ks *keyState, id string, ts int64) {
+	if old, ok := ks.seen[id]; ok {
+		i, found := slices.BinarySearchFunc(ks.seenBy, seenEntry{ts: old, id: id}, cmpSeen)
+		if found {
+			ks.seenBy = slices.Delete(ks.seenBy, i, i+1)
+			p.nDedup--
+		}
+	}
+	ks.seen[id] = ts
+	e := seenEntry{ts: ts, id: id}
+	if n := len(ks.seenBy); n == 0 || cmpSeen(ks.seenBy[n-1], e) < 0 {
+		ks.seenBy = append(ks.seenBy, e)
+	} else {
+		i, _ := slices.BinarySearchFunc(ks.seenBy, e, cmpSeen)
+		ks.seenBy = slices.Insert(ks.seenBy, i, e)
+	}
+	p.nDedup++
+}
+
+// closeDue runs step 7: it closes every open incident with W - L > end + S,
+// in (end, alert_id) order, appending the Closed revisions to revs.
+//
+// Why a closed incident never changes again: it closed at some W' with
+// W' - L > end + S. Every event applied later has ts >= W - L >= W' - L
+// (W never decreases), so ts - S > end. A firing window that contains that
+// event spans at most S, so it starts after end: it neither overlaps nor
+// touches the closed incident, and windows without the new event are the
+// same event sets as before. (incident.go shows that only windows containing
+// the new event can change the firing spans.) Hence removing the incident
+// from the state loses nothing.
+func (p *Partition) closeDue(revs []Revision) []Revision {
+	thr := subSat(p.wm, p.cfg.LatenessMs)
+	for len(p.open) > 0 {
+		inc := p.open[0]
+		if thr <= addSat(inc.end, p.cfg.SizeMs) {
+			break
+		}
+		p.open.remove(inc)
+		inc.rev++
+		revs = append(revs, inc.revision(Closed, "", false, p.wm))
+		ks := inc.ks
+		ks.removeOpen(inc)
+		p.markDirty(ks)
+		p.reschedule(ks) // its events may now be prunable
+	}
+	return revs
+}
+
+func (p *Partition) markDirty(ks *keyState) {
+	if !ks.dirty {
+		ks.dirty = true
+		p.dirtyKeys = append(p.dirtyKeys, ks.key)
+	}
+}
+
+// Dirty returns the keys whose state changed since the last ClearDirty,
+// sorted, and whether the partition meta (the watermark) changed. A returned
+// key whose EncodeKey is nil was deleted.
+func (p *Partition) Dirty() (keys []string, meta bool) {
+	keys = slices.Clone(p.dirtyKeys)
+	slices.Sort(keys)
+	return slices.Compact(keys), p.dirtyMeta
+}
+
+// ClearDirty forgets what Dirty reported (call it after persisting).
+func (p *Partition) ClearDirty() {
+	for _, k := range p.dirtyKeys {
+		if ks := p.keys[k]; ks != nil {
+			ks.dirty = false
+		}
+	}
+	clear(p.dirtyKeys)
+	p.dirtyKeys = p.dirtyKeys[:0]
+	p.dirtyMeta = false
+}
+
+// Stats counts the partition's state.
+type Stats struct {
+	Keys          int // keys with any state
+	Events        int // applied events kept for future firing sets and counts
+	Dedup         int // remembered event ids
+	OpenIncidents int
+}
+
+// Stats returns the current counts. O(1).
+func (p *Partition) Stats() Stats {
+	return Stats{Keys: len(p.keys), Events: p.nEvents, Dedup: p.nDedup, OpenIncidents: len(p.open)}
+}
+
+// String is for debugging.
+func (p *Partition) String() string {
+	return fmt.Sprintf("window.Partition{W: %d, keys: %d, open: %d}", p.wm, len(p.keys), len(p.open))
+}

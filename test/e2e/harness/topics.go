@@ -1,0 +1,105 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// adminTimeout bounds one admin request made by a helper.
+const adminTimeout = 30 * time.Second
+
+// UniqueName returns prefix followed by a random suffix, valid as a Kafka
+// topic, group or transactional ID. Characters a topic name may not hold
+// (such as the '/' of a subtest name) become '-'.
+func UniqueName(prefix string) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("harness: crypto/rand: %v", err)) // never fails on Linux
+	}
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, prefix)
+	if len(clean) > 200 { // topic names are at most 249 characters
+		clean = clean[:200]
+	}
+	return clean + "-" + hex.EncodeToString(b[:])
+}
+
+// NewClient returns a kgo client for seeds with opts, closed in t.Cleanup.
+func NewClient(t testing.TB, seeds []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("harness: new client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// NewAdmin returns an admin client for seeds, closed in t.Cleanup.
+func NewAdmin(t testing.TB, seeds []string) *kadm.Client {
+	t.Helper()
+	return kadm.NewClient(NewClient(t, seeds))
+}
+
+// NewTopic creates topic name with the given partitions, the cluster's
+// default replication factor and configs (nil for none; the values of
+// kadm's CreateTopic), and deletes it in t.Cleanup. It returns name, so a
+// call can read NewTopic(t, seeds, UniqueName("in"), 3, nil).
+func NewTopic(t testing.TB, seeds []string, name string, partitions int32, configs map[string]*string) string {
+	t.Helper()
+	adm := NewAdmin(t, seeds)
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, -1, configs, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("harness: create topic %s (%d partitions, configs %v): %v", name, partitions, flatten(configs), err)
+	}
+	t.Cleanup(func() {
+		// A fresh client: the test's clients may be closed by now, and a
+		// test that stopped a broker must not fail on its clean-up.
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+		if err != nil {
+			t.Logf("harness: delete topic %s: %v", name, err)
+			return
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+		defer cancel()
+		resp, err := kadm.NewClient(cl).DeleteTopic(ctx, name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			t.Logf("harness: delete topic %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func flatten(configs map[string]*string) map[string]string {
+	out := make(map[string]string, len(configs))
+	for k, v := range configs {
+		if v == nil {
+			out[k] = "<nil>"
+		} else {
+			out[k] = *v
+		}
+	}
+	return out
+}
