@@ -17,6 +17,7 @@ import (
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
 )
 
@@ -146,13 +147,13 @@ func runDemo(ctx context.Context, out io.Writer, minutes, machines int, verbose 
 				fmt.Fprintln(out, alerts.Human(a))
 			case cfg.Topics.DLQ:
 				nDLQ++
-				reasons[header(r, consume.HeaderErrorReason)]++
-				fmt.Fprintf(out, "DEAD LETTER  %-14s %s (partition %s offset %s)\n", header(r, consume.HeaderErrorReason),
-					header(r, consume.HeaderErrorDetail), header(r, consume.HeaderSourcePartition), header(r, consume.HeaderSourceOffset))
+				reasons[header(r, pipeline.HeaderErrorReason)]++
+				fmt.Fprintf(out, "DEAD LETTER  %-14s %s (partition %s offset %s)\n", header(r, pipeline.HeaderErrorReason),
+					header(r, pipeline.HeaderErrorDetail), header(r, pipeline.HeaderSourcePartition), header(r, pipeline.HeaderSourceOffset))
 			case cfg.Topics.Late:
 				nLate++
 				fmt.Fprintf(out, "TOO LATE     machine %s, %s ms behind the watermark %s\n", r.Key,
-					header(r, consume.HeaderLatenessMs), header(r, consume.HeaderLateWatermark))
+					header(r, pipeline.HeaderLatenessMs), header(r, pipeline.HeaderLateWatermark))
 			}
 		})
 	}

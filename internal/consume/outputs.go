@@ -13,61 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
-	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/state"
-	"github.com/vibeline/processor/internal/window"
 )
-
-// Header names of the dead-letter and too-late outputs (SPEC.md section 3).
-const (
-	HeaderErrorReason     = "error.reason"
-	HeaderErrorDetail     = "error.detail"
-	HeaderSourceTopic     = "source.topic"
-	HeaderSourcePartition = "source.partition"
-	HeaderSourceOffset    = "source.offset"
-	HeaderSourceTimestamp = "source.timestamp"
-	HeaderLateReason      = "late.reason"
-	HeaderLateWatermark   = "late.watermark"
-	HeaderLatenessMs      = "late.lateness_ms"
-)
-
-// sourceHeaders are the source.* headers: the origin of a copied record.
-// source.timestamp is the record timestamp in epoch milliseconds.
-func sourceHeaders(r *kgo.Record) []kgo.RecordHeader {
-	return []kgo.RecordHeader{
-		{Key: HeaderSourceTopic, Value: []byte(r.Topic)},
-		{Key: HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
-		{Key: HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
-		{Key: HeaderSourceTimestamp, Value: strconv.AppendInt(nil, r.Timestamp.UnixMilli(), 10)},
-	}
-}
-
-// copyRecord keeps the original key, value and headers, unchanged.
-func copyRecord(topic string, r *kgo.Record, extra []kgo.RecordHeader) *kgo.Record {
-	h := make([]kgo.RecordHeader, 0, len(r.Headers)+len(extra))
-	h = append(h, r.Headers...)
-	h = append(h, extra...)
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
-}
-
-func deadLetter(topic string, r *kgo.Record, e *event.Error) *kgo.Record {
-	h := append([]kgo.RecordHeader{
-		{Key: HeaderErrorReason, Value: []byte(e.Reason)},
-		{Key: HeaderErrorDetail, Value: []byte(e.Detail)},
-	}, sourceHeaders(r)...)
-	return copyRecord(topic, r, h)
-}
-
-func tooLate(topic string, r *kgo.Record, res window.Result) *kgo.Record {
-	h := append([]kgo.RecordHeader{
-		{Key: HeaderLateReason, Value: []byte("too_late")},
-		{Key: HeaderLateWatermark, Value: []byte(alerts.FormatTime(res.Watermark))},
-		{Key: HeaderLatenessMs, Value: strconv.AppendInt(nil, res.LatenessMs, 10)},
-	}, sourceHeaders(r)...)
-	return copyRecord(topic, r, h)
-}
 
 func jsonMarshal(v any) ([]byte, error) {
 	b, err := json.Marshal(v)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/state"
 	"github.com/vibeline/processor/internal/window"
 )
@@ -18,24 +19,9 @@ const (
 	changelogAcct      = "a" // the partition's accounting record, JSON
 )
 
-// Accounting is the per-partition record of what happened to every input
-// record up to NextOffset. It is written to the changelog in the same
-// transaction as the input offsets, so a read_committed reader can check
-// processed + filtered + duplicate + dead_lettered + too_late = records.
-type Accounting struct {
-	Version      int   `json:"v"`
-	NextOffset   int64 `json:"next_offset"` // input offset after the last record counted
-	Records      int64 `json:"records"`
-	Processed    int64 `json:"processed"`
-	Filtered     int64 `json:"filtered"`
-	Duplicate    int64 `json:"duplicate"`
-	DeadLettered int64 `json:"dead_lettered"`
-	TooLate      int64 `json:"too_late"`
-}
-
 // DecodeAccounting parses a changelog accounting record.
-func DecodeAccounting(b []byte) (Accounting, error) {
-	var a Accounting
+func DecodeAccounting(b []byte) (pipeline.Accounting, error) {
+	var a pipeline.Accounting
 	if err := json.Unmarshal(b, &a); err != nil {
 		return a, fmt.Errorf("consume: decode accounting record: %w", err)
 	}
@@ -51,22 +37,19 @@ type part struct {
 	id     int32
 	win    *window.Partition
 	target int64 // committed changelog position (next offset)
-	acct   Accounting
+	acct   pipeline.Accounting
 
 	// Of the open batch:
 	touched   bool
-	lastCL    *kgo.Record // last changelog record produced in this batch
-	batchAcct Accounting  // acct as it will be once the batch commits
+	lastCL    *kgo.Record         // last changelog record produced in this batch
+	batchAcct pipeline.Accounting // acct as it will be once the batch commits
 }
 
 // loadPart builds a partition's in-memory state from the local store, which
 // holds exactly its committed state.
-func loadPart(st *state.Store, cfg window.Config, p int32) (*part, error) {
-	win, err := window.NewPartition(cfg)
-	if err != nil {
-		return nil, err
-	}
-	pt := &part{id: p, win: win, acct: Accounting{Version: 1}}
+func loadPart(st *state.Store, stage *pipeline.Stage, p int32) (*part, error) {
+	win := stage.NewPartition()
+	pt := &part{id: p, win: win, acct: pipeline.Accounting{Version: 1}}
 	target, _, err := st.Checkpoint(p)
 	if err != nil {
 		return nil, err

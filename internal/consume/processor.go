@@ -14,10 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
-	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/state"
 	"github.com/vibeline/processor/internal/txn"
 	"github.com/vibeline/processor/internal/window"
@@ -33,6 +32,9 @@ type Options struct {
 	ExtraKgoOpts []kgo.Opt
 	// OnCommit, if set, is called after each committed batch (tests, demo).
 	OnCommit func()
+	// AbortBatch, if set, is asked before each commit; true aborts the
+	// batch instead (fault injection for tests).
+	AbortBatch func() bool
 }
 
 // Processor is one running instance of the processor.
@@ -43,8 +45,8 @@ type Processor struct {
 	now     func() time.Time
 	extra   []kgo.Opt
 	onCmt   func()
-	winCfg  window.Config
-	valid   *event.Validator
+	abortFn func() bool
+	stage   *pipeline.Stage
 	store   *state.Store
 	sess    txn.Session
 	restore *changelogReader
@@ -58,10 +60,11 @@ type Processor struct {
 	fresh map[int32]bool // newly assigned, awaiting restore
 
 	// Of the open batch (Run's goroutine only):
-	inTxn    bool
-	txnStart time.Time
+	inTxn       bool
+	txnStart    time.Time
 	batch       []*part
 	batchAlerts map[string]int
+	batchDLQ    map[string]int
 }
 
 // New builds a processor for cfg. It does not contact Kafka; Run does.
@@ -75,37 +78,26 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 	if o.Metrics == nil {
 		return nil, errors.New("consume: Options.Metrics is required")
 	}
-	r := cfg.Rule
-	winCfg := window.Config{
-		Threshold:      r.Threshold,
-		SizeMs:         r.Window.Milliseconds(),
-		DelayMs:        r.WatermarkDelay.Milliseconds(),
-		LatenessMs:     r.AllowedLateness.Milliseconds(),
-		DedupHorizonMs: r.DedupHorizon.Milliseconds(),
-		AlertID: func(key, first string) string {
-			return alerts.ID(r.ID, r.Version, key, first)
-		},
-	}
-	if err := winCfg.Validate(); err != nil {
+	stage, err := pipeline.NewStage(cfg.Rule)
+	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
 	return &Processor{
-		cfg:    cfg,
-		log:    o.Logger,
-		met:    o.Metrics,
-		now:    o.Now,
-		extra:  o.ExtraKgoOpts,
-		onCmt:  o.OnCommit,
-		winCfg: winCfg,
-		valid: event.NewValidator(event.JSONDecoder{}, event.Options{
-			MaxFutureSkewMs: max(r.MaxFutureSkew.Milliseconds(), 1),
-		}),
-		input: cfg.Topics.Input,
-		cl:    cfg.ChangelogTopic(),
-		parts: map[int32]*part{},
-		fresh: map[int32]bool{},
+		cfg:     cfg,
+		log:     o.Logger,
+		met:     o.Metrics,
+		now:     o.Now,
+		extra:   o.ExtraKgoOpts,
+		onCmt:   o.OnCommit,
+		abortFn: o.AbortBatch,
+		stage:   stage,
+		input:   cfg.Topics.Input,
+		cl:      cfg.ChangelogTopic(),
+		parts:   map[int32]*part{},
+		fresh:   map[int32]bool{},
 
 		batchAlerts: map[string]int{},
+		batchDLQ:    map[string]int{},
 	}, nil
 }
 
@@ -139,6 +131,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		kgo.RequireStableFetchOffsets(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(min(3*time.Second, p.cfg.SessionTimeout/3)),
 		kgo.InstanceID(p.cfg.InstanceID),
 		kgo.RecordPartitioner(partitioner{manual: p.cl, def: kgo.StickyKeyPartitioner(nil)}),
 		kgo.OnPartitionsAssigned(p.onAssigned),
@@ -260,76 +253,39 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 	return err
 }
 
-// handle runs one input record through SPEC.md section 4 and produces its
+// handle runs one input record through the pipeline stage and produces its
 // outputs into the open batch.
 func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
-	a := &pt.batchAcct
-	a.Records++
-	a.NextOffset = r.Offset + 1
-	ev, verr := p.valid.Check(r.Key, r.Value, r.Timestamp.UnixMilli())
-	if verr != nil {
-		a.DeadLettered++
-		p.sess.Produce(ctx, deadLetter(p.cfg.Topics.DLQ, r, verr))
-		p.met.DeadLetters.WithLabelValues(string(verr.Reason)).Inc()
-		return
+	in := pipeline.Input{
+		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		Key: r.Key, Value: r.Value, TimestampMs: r.Timestamp.UnixMilli(),
 	}
-	rule := p.cfg.Rule
-	qualifies := ev.Value >= rule.MinValue && (rule.Quality == "" || ev.Quality == rule.Quality)
-	res := pt.win.Process(window.Event{
-		Key:       ev.MachineID,
-		EventID:   ev.EventID,
-		SensorID:  ev.SensorID,
-		TS:        ev.TS,
-		Value:     ev.Value,
-		Partition: r.Partition,
-		Offset:    r.Offset,
-	}, qualifies)
-	switch res.Outcome {
-	case window.Processed:
-		a.Processed++
-	case window.Filtered:
-		a.Filtered++
-	case window.Duplicate:
-		a.Duplicate++
-	case window.TooLate:
-		a.TooLate++
-		p.sess.Produce(ctx, tooLate(p.cfg.Topics.Late, r, res))
+	if len(r.Headers) > 0 {
+		in.Headers = make([]pipeline.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			in.Headers[i] = pipeline.Header{Key: h.Key, Value: h.Value}
+		}
 	}
-	for _, rev := range res.Revisions {
-		p.sess.Produce(ctx, p.alertRecord(rev))
-	}
-}
-
-func (p *Processor) alertRecord(rev window.Revision) *kgo.Record {
-	rule := p.cfg.Rule
-	a := alerts.Alert{
-		AlertID:     rev.AlertID,
-		Revision:    rev.Revision,
-		Status:      rev.Status.String(),
-		MergedInto:  rev.MergedInto,
-		RuleID:      rule.ID,
-		RuleVersion: rule.Version,
-		MachineID:   rev.Key,
-		Start:       rev.Start,
-		End:         rev.End,
-		Count:       rev.Count,
-		Late:        rev.Late,
-		Watermark:   rev.Watermark,
-	}
-	for _, e := range rev.Evidence {
-		a.Evidence = append(a.Evidence, alerts.Evidence{
-			EventID: e.EventID, SensorID: e.SensorID, TS: e.TS, Value: e.Value,
-			Partition: e.Partition, Offset: e.Offset,
-		})
-	}
-	a.Reason = alerts.ReasonSentence(a.Status, a.Count, rule.Description, a.MachineID, a.Start, a.End, a.MergedInto)
-	val, err := a.Encode()
-	if err != nil {
-		// Encoding a well-formed struct cannot fail; keep the record visible if it does.
-		val = []byte(fmt.Sprintf(`{"alert_id":%q,"error":%q}`, a.AlertID, err.Error()))
-	}
-	p.batchAlerts[a.Status]++ // counted when the batch commits
-	return &kgo.Record{Topic: p.cfg.Topics.Alerts, Key: []byte(rev.Key), Value: val}
+	p.stage.Process(pt.win, in, &pt.batchAcct, func(o pipeline.Output) {
+		rec := &kgo.Record{Key: o.Key, Value: o.Value}
+		switch o.Kind {
+		case pipeline.Alert:
+			rec.Topic = p.cfg.Topics.Alerts
+			p.batchAlerts[o.Status]++
+		case pipeline.DeadLetter:
+			rec.Topic = p.cfg.Topics.DLQ
+			p.batchDLQ[o.Reason]++
+		case pipeline.TooLate:
+			rec.Topic = p.cfg.Topics.Late
+		}
+		if len(o.Headers) > 0 {
+			rec.Headers = make([]kgo.RecordHeader, len(o.Headers))
+			for i, h := range o.Headers {
+				rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+			}
+		}
+		p.sess.Produce(ctx, rec)
+	})
 }
 
 // commit ends the open batch: it writes each touched partition's changed
@@ -364,7 +320,8 @@ func (p *Processor) commit(ctx context.Context) error {
 		}
 		stage(pt, []byte(changelogAcct), acct)
 	}
-	committed, err := p.sess.End(ctx, stageErr == nil, func(topic string, partition int32) (string, error) {
+	want := stageErr == nil && (p.abortFn == nil || !p.abortFn())
+	committed, err := p.sess.End(ctx, want, func(topic string, partition int32) (string, error) {
 		pt := p.batchPart(partition)
 		if pt == nil {
 			return "", fmt.Errorf("consume: commit of partition %d without its state", partition)
@@ -414,7 +371,11 @@ func (p *Processor) commit(ctx context.Context) error {
 	for status, n := range p.batchAlerts {
 		p.met.Alerts.WithLabelValues(status).Add(float64(n))
 	}
+	for reason, n := range p.batchDLQ {
+		p.met.DeadLetters.WithLabelValues(reason).Add(float64(n))
+	}
 	clear(p.batchAlerts)
+	clear(p.batchDLQ)
 	p.met.Transactions.WithLabelValues("committed").Inc()
 	if p.onCmt != nil {
 		p.onCmt()
@@ -456,7 +417,7 @@ func (p *Processor) reloadAll() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id := range p.parts {
-		pt, err := loadPart(p.store, p.winCfg, id)
+		pt, err := loadPart(p.store, p.stage, id)
 		if err != nil {
 			return err
 		}
@@ -464,6 +425,7 @@ func (p *Processor) reloadAll() error {
 	}
 	p.batch = p.batch[:0]
 	clear(p.batchAlerts)
+	clear(p.batchDLQ)
 	return nil
 }
 
@@ -584,7 +546,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			p.log.Info("consume: partition restored", "partition", id, "from", st.From, "to", st.To,
 				"records", st.Records, "full", st.Full, "duration", p.now().Sub(start))
 		}
-		pt, err := loadPart(p.store, p.winCfg, id)
+		pt, err := loadPart(p.store, p.stage, id)
 		if err != nil {
 			return err
 		}

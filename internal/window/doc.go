@@ -25,7 +25,7 @@
 //     add firing spans (see the proof in incident.go).
 //   - A closed incident can never change again: an applied event has
 //     ts >= W - L > end + S, so every firing window that contains it starts
-//     after the closed incident's end (proof in incident.go).
+//     after the closed incident's end (proof at Partition.closeDue).
 //   - Garbage collection (pruning inside Process and Sweep) is invisible: the
 //     revisions do not depend on when, or whether, Sweep runs.
 //

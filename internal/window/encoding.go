@@ -20,8 +20,8 @@ import (
 //	u8       one byte
 //	u64be    8 bytes, big-endian
 //	u64le    8 bytes, little-endian
-//	uvarint  unsigned LEB128 (encoding/binary.AppendUvarint)
-//	varint   zig-zag signed LEB128 (encoding/binary.AppendVarint)
+//	uvarint  unsigned LEB128 (encoding/binary.AppendUvarint), minimal length
+//	varint   zig-zag signed LEB128 (encoding/binary.AppendVarint), minimal length
 //	string   uvarint byte length, then the UTF-8 bytes
 //
 // Key value (EncodeKey), the state of one key of one rule in one input
@@ -196,7 +196,7 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || n != uvarintLen(v) {
 		d.fail("bad uvarint")
 		return 0
 	}
@@ -209,13 +209,26 @@ func (d *decoder) varint() int64 {
 		return 0
 	}
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || n != uvarintLen(zigzag(v)) {
 		d.fail("bad varint")
 		return 0
 	}
 	d.b = d.b[n:]
 	return v
 }
+
+// uvarintLen is the length of v's minimal encoding: the decoder accepts
+// only that, so that every state has exactly one encoding.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
 
 // count reads a uvarint element count; each element takes at least min
 // bytes, which bounds allocations on hostile input.

@@ -96,6 +96,7 @@ type driver struct {
 	p   *Partition
 
 	sweepEvery bool
+	keepAll    bool // no pruning inside Process (see Partition.keepAll)
 	// flush and restore are probabilities per record (0 = never); rnd
 	// supplies the coin flips.
 	flush, restore float64
@@ -109,6 +110,11 @@ type driver struct {
 
 func newDriver(tb testing.TB, cfg Config) *driver {
 	return &driver{tb: tb, cfg: cfg, p: mustPartition(tb, cfg), store: map[string][]byte{}}
+}
+
+func (d *driver) setKeepAll(v bool) {
+	d.keepAll = v
+	d.p.keepAll = v
 }
 
 func (d *driver) step(r rec) Result {
@@ -165,6 +171,7 @@ func (d *driver) reload() {
 		}
 	}
 	q := mustPartition(d.tb, d.cfg)
+	q.keepAll = d.keepAll
 	if d.meta != nil {
 		if err := q.LoadMeta(d.meta); err != nil {
 			d.tb.Fatal(err)

@@ -9,7 +9,7 @@ import (
 )
 
 const (
-	sec = int64(1000)
+	sec    = int64(1000)
 	minute = 60 * sec
 )
 

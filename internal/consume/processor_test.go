@@ -1,0 +1,350 @@
+package consume
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/sim"
+)
+
+// These tests run the whole processor against franz-go's in-process Kafka
+// cluster and compare what it committed, read_committed, with the
+// reference: the same pipeline applied to the same log in one pass. The
+// exactly-once proofs against a real broker, with SIGKILL, are in test/e2e.
+
+const testPartitions = 3
+
+func newCluster(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(testPartitions, "vibration.events"),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+func testConfig(seeds []string, dir, instance string) config.Config {
+	cfg := config.Default()
+	cfg.Brokers = seeds
+	cfg.StateDir = dir
+	cfg.InstanceID = instance
+	cfg.SessionTimeout = 2 * time.Second
+	cfg.CommitInterval = 20 * time.Millisecond
+	cfg.MaxPollRecords = 500
+	return cfg
+}
+
+// produce writes records synchronously and returns the log as the broker
+// stored it (partition and offset of each record).
+func produce(t *testing.T, seeds []string, topic string, recs []sim.Record, log pipeline.Log) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	batch := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		batch[i] = &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	}
+	if err := cl.ProduceSync(context.Background(), batch...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range batch {
+		log[r.Partition] = append(log[r.Partition], pipeline.Input{
+			Topic: topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value,
+			TimestampMs: r.Timestamp.UnixMilli(),
+		})
+	}
+}
+
+type instance struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, cfg config.Config, o Options) *instance {
+	t.Helper()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Metrics = met
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	p, err := New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		err := p.Run(ctx)
+		if err != nil {
+			t.Logf("processor %s stopped: %v", cfg.InstanceID, err)
+		}
+		in.done <- err
+	}()
+	return in
+}
+
+func (in *instance) stop(t *testing.T) {
+	t.Helper()
+	in.cancel()
+	select {
+	case err := <-in.done:
+		if err != nil {
+			t.Fatalf("processor: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("processor did not stop within 30s")
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// waitConsumed waits until the group committed every input record.
+func waitConsumed(t *testing.T, seeds []string, cfg config.Config, log pipeline.Log) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		offs, err := adm.FetchOffsets(context.Background(), cfg.GroupID)
+		if err == nil {
+			done := true
+			for p, recs := range log {
+				o, ok := offs.Lookup(cfg.Topics.Input, p)
+				if !ok || o.At < recs[len(recs)-1].Offset+1 {
+					done = false
+				}
+			}
+			if done {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("input not fully committed within 60s")
+}
+
+// readAll reads topics read_committed up to their end offsets.
+func readAll(t *testing.T, seeds []string, topics ...string) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(context.Background(), topics...)
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[int32]kgo.Offset{}
+	left := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if want[o.Topic] == nil {
+				want[o.Topic] = map[int32]kgo.Offset{}
+			}
+			want[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+			left++
+		}
+	})
+	if left == 0 {
+		return nil
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumePartitions(want),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var out []*kgo.Record
+	doneParts := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(doneParts) < left {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading outputs: %d of %d partitions complete", len(doneParts), left)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			end, _ := ends.Lookup(r.Topic, r.Partition)
+			if r.Offset+1 >= end.Offset {
+				doneParts[fmt.Sprintf("%s/%d", r.Topic, r.Partition)] = true
+			}
+		})
+	}
+	return out
+}
+
+func outputsOf(cfg config.Config, recs []*kgo.Record) pipeline.Outputs {
+	out := pipeline.Outputs{}
+	kinds := map[string]pipeline.Kind{cfg.Topics.Alerts: pipeline.Alert, cfg.Topics.DLQ: pipeline.DeadLetter, cfg.Topics.Late: pipeline.TooLate}
+	for _, r := range recs {
+		k, ok := kinds[r.Topic]
+		if !ok {
+			continue
+		}
+		hs := make([]pipeline.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = pipeline.Header{Key: h.Key, Value: h.Value}
+		}
+		out.Add(k, r.Key, r.Value, hs)
+	}
+	return out.Canonical()
+}
+
+// latestAccounting reads each partition's last committed accounting record.
+func latestAccounting(t *testing.T, seeds []string, cfg config.Config) map[int32]pipeline.Accounting {
+	t.Helper()
+	got := map[int32]pipeline.Accounting{}
+	for _, r := range readAll(t, seeds, cfg.ChangelogTopic()) {
+		if string(r.Key) != changelogAcct {
+			continue
+		}
+		a, err := DecodeAccounting(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[r.Partition] = a
+	}
+	return got
+}
+
+func simRecords(n int, seed uint64) []sim.Record {
+	o := sim.Demo()
+	o.Machines = 12
+	o.Seed = seed
+	o.EpisodeRate = 0.05
+	o.OutageLength = 11 * time.Minute // past the allowed lateness: too-late records
+	o.OutageRate = 0.004
+	line := sim.New(o)
+	recs := make([]sim.Record, n)
+	for i := range recs {
+		recs[i] = line.Next()
+	}
+	return recs
+}
+
+func checkAgainstReference(t *testing.T, seeds []string, cfg config.Config, log pipeline.Log) {
+	t.Helper()
+	stage, err := pipeline.NewStage(cfg.Rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantAcct := stage.Reference(log)
+	if want.Count(pipeline.Alert) == 0 || want.Count(pipeline.DeadLetter) == 0 || want.Count(pipeline.TooLate) == 0 {
+		t.Fatalf("reference has %d alerts, %d dead letters and %d too late: the fixture proves nothing",
+			want.Count(pipeline.Alert), want.Count(pipeline.DeadLetter), want.Count(pipeline.TooLate))
+	}
+	got := outputsOf(cfg, readAll(t, seeds, cfg.Topics.Alerts, cfg.Topics.DLQ, cfg.Topics.Late))
+	if d := pipeline.Diff(want, got); d != "" {
+		t.Fatalf("committed outputs differ from the reference:\n%s", d)
+	}
+	gotAcct := latestAccounting(t, seeds, cfg)
+	for p, w := range wantAcct {
+		g := gotAcct[p]
+		if g != w || !g.Balanced() {
+			t.Errorf("partition %d accounting = %+v, want %+v", p, g, w)
+		}
+	}
+	t.Logf("%d alert revisions, %d dead letters, %d too late; accounting %v", got.Count(pipeline.Alert), got.Count(pipeline.DeadLetter), got.Count(pipeline.TooLate), gotAcct)
+}
+
+func TestPipelineMatchesReference(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "a")
+	log := pipeline.Log{}
+	recs := simRecords(12_000, 1)
+	produce(t, seeds, cfg.Topics.Input, recs[:6000], log)
+	in := start(t, cfg, Options{})
+	produce(t, seeds, cfg.Topics.Input, recs[6000:], log)
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	checkAgainstReference(t, seeds, cfg, log)
+}
+
+// Aborted batches, restarts (with and without local state) and a second
+// instance taking partitions over must not change a single output record.
+func TestAbortsRestartsAndRebalancesMatchReference(t *testing.T) {
+	seeds := newCluster(t)
+	base := t.TempDir()
+	cfgA := testConfig(seeds, filepath.Join(base, "a"), "a")
+	cfgB := testConfig(seeds, filepath.Join(base, "b"), "b")
+	rng := rand.New(rand.NewPCG(3, 4))
+	var mu sync.Mutex
+	var aborted atomic.Int64
+	abort := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.IntN(2) == 0 {
+			aborted.Add(1)
+			return true
+		}
+		return false
+	}
+	log := pipeline.Log{}
+	recs := simRecords(16_000, 2)
+	chunks := [][]sim.Record{recs[:4000], recs[4000:8000], recs[8000:12000], recs[12000:]}
+
+	a := start(t, cfgA, Options{AbortBatch: abort})
+	for i := 0; i < 4000; i += 500 { // many small batches, a third of them aborted
+		produce(t, seeds, cfgA.Topics.Input, chunks[0][i:i+500], log)
+		time.Sleep(40 * time.Millisecond)
+	}
+	b := start(t, cfgB, Options{AbortBatch: abort}) // rebalance: partitions move to b
+	produce(t, seeds, cfgA.Topics.Input, chunks[1], log)
+	time.Sleep(300 * time.Millisecond)
+	a.stop(t) // its partitions move to b after the session timeout
+	produce(t, seeds, cfgA.Topics.Input, chunks[2], log)
+	time.Sleep(300 * time.Millisecond)
+	b.stop(t)
+	// a comes back without its local state: everything from the changelog.
+	if err := os.RemoveAll(cfgA.StateDir); err != nil {
+		t.Fatal(err)
+	}
+	a = start(t, cfgA, Options{AbortBatch: abort})
+	b = start(t, cfgB, Options{AbortBatch: abort})
+	produce(t, seeds, cfgA.Topics.Input, chunks[3], log)
+	waitConsumed(t, seeds, cfgA, log)
+	a.stop(t)
+	b.stop(t)
+	if aborted.Load() == 0 {
+		t.Fatal("no batch was aborted: the test proves nothing about aborts")
+	}
+	t.Logf("%d batches aborted", aborted.Load())
+	checkAgainstReference(t, seeds, cfgA, log)
+}
