@@ -40,7 +40,7 @@ committed, and a summary of where every input record went.`,
 		},
 	}
 	cmd.Flags().IntVar(&minutes, "minutes", 15, "simulated minutes of production")
-	cmd.Flags().IntVar(&machines, "machines", 4, "simulated machines (2 sensors each)")
+	cmd.Flags().IntVar(&machines, "machines", 8, "simulated machines (2 sensors each)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "print the processor's logs")
 	return cmd
 }

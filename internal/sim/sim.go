@@ -63,7 +63,7 @@ func (o *Options) ensureDefaults() {
 // enough to see it within a few simulated minutes.
 func Demo() Options {
 	return Options{Machines: 4, SensorsPerMachine: 2, Seed: 7, Start: DefaultStart, EpisodeRate: 0.01, DuplicateRate: 0.02,
-		SwapRate: 0.05, PoisonRate: 0.005, ClockAheadRate: 0.002, OutageRate: 0.002, OutageLength: 3 * time.Minute, InchRate: 0.25}
+		SwapRate: 0.05, PoisonRate: 0.005, ClockAheadRate: 0.002, OutageRate: 0.0007, OutageLength: 11 * time.Minute, InchRate: 0.25}
 }
 
 // Load returns the options of the load generator: realistic trouble at low rates.

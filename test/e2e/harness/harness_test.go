@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -420,4 +421,20 @@ func committedOffsets(ctx context.Context, t *testing.T, seeds []string, group, 
 		}
 	})
 	return sum
+}
+
+// TestBuildBinary: the processor binary builds once per test binary and the
+// path is stable across calls.
+func TestBuildBinary(t *testing.T) {
+	path := BuildBinary(t)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("built binary: %v", err)
+	}
+	if fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s is not executable (mode %v)", path, fi.Mode())
+	}
+	if again := BuildBinary(t); again != path {
+		t.Fatalf("second BuildBinary returned %s, want %s", again, path)
+	}
 }
