@@ -348,3 +348,73 @@ func TestAbortsRestartsAndRebalancesMatchReference(t *testing.T) {
 	t.Logf("%d batches aborted", aborted.Load())
 	checkAgainstReference(t, seeds, cfgA, log)
 }
+
+// at_least_once: without faults, the same outputs as exactly-once; with
+// aborted batches (outputs already written, offsets not committed), every
+// reference output is there at least once, and the accounting still
+// balances because it is committed with the offsets.
+func TestAtLeastOnceMode(t *testing.T) {
+	for _, faults := range []bool{false, true} {
+		t.Run(fmt.Sprintf("faults=%v", faults), func(t *testing.T) {
+			seeds := newCluster(t)
+			cfg := testConfig(seeds, t.TempDir(), "alo")
+			cfg.Mode = config.AtLeastOnce
+			var o Options
+			var aborted atomic.Int64
+			if faults {
+				n := 0
+				o.AbortBatch = func() bool {
+					n++
+					if n%3 == 0 {
+						aborted.Add(1)
+						return true
+					}
+					return false
+				}
+			}
+			log := pipeline.Log{}
+			recs := simRecords(12000, 1)
+			in := start(t, cfg, o)
+			for i := 0; i < len(recs); i += 1000 {
+				produce(t, seeds, cfg.Topics.Input, recs[i:i+1000], log)
+				time.Sleep(30 * time.Millisecond)
+			}
+			waitConsumed(t, seeds, cfg, log)
+			in.stop(t)
+			if !faults {
+				checkAgainstReference(t, seeds, cfg, log)
+				return
+			}
+			if aborted.Load() == 0 {
+				t.Fatal("no batch aborted")
+			}
+			stage, err := pipeline.NewStage(cfg.Rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := stage.Reference(log)
+			got := outputsOf(cfg, readAll(t, seeds, cfg.Topics.Alerts, cfg.Topics.DLQ, cfg.Topics.Late))
+			for kind, byKey := range want {
+				for key, recs := range byKey {
+					have := map[string]int{}
+					for _, r := range got[kind][key] {
+						have[r]++
+					}
+					for _, r := range recs {
+						if have[r] == 0 {
+							t.Fatalf("kind %d key %q: a reference output is missing (lost under at_least_once): %.200q", kind, key, r)
+						}
+					}
+				}
+			}
+			if got.Count(pipeline.Alert) <= want.Count(pipeline.Alert) && got.Count(pipeline.DeadLetter) <= want.Count(pipeline.DeadLetter) {
+				t.Logf("note: no duplicates appeared despite %d aborted batches", aborted.Load())
+			}
+			for p, a := range latestAccounting(t, seeds, cfg) {
+				if !a.Balanced() || a.Records != int64(len(log[p])) {
+					t.Errorf("partition %d accounting %+v, want %d records balanced", p, a, len(log[p]))
+				}
+			}
+		})
+	}
+}

@@ -15,12 +15,16 @@
 //     decreases. All arithmetic with W saturates, so at NoWatermark nothing is
 //     late, too late, prunable or closable.
 //   - Per key, the applied events are kept sorted by (ts, event_id) and no two
-//     share both. The open incidents of a key are the chains of firing spans
+//     share both; the kept events are a suffix of all applied events (pruning
+//     cuts a prefix, open incidents or not). The open incidents of a key are the chains of firing spans
 //     that contain applied events, sorted by start, pairwise separated by a gap
 //     (next.start > previous.end).
 //   - Every open incident's start, end, count and evidence equal what the
 //     SPEC's definition computes over all applied events of its key, and its
-//     last emitted revision carries its current start and evidence.
+//     last emitted revision carries its current start and evidence. Its
+//     count is its pruned counter (events of [start, end] no longer kept)
+//     plus its kept events in [start, end]; its evidence is stored, since
+//     its events may have been pruned.
 //   - Incidents only grow or merge, never split: inserting an event can only
 //     add firing spans (see the proof in incident.go).
 //   - A closed incident can never change again: an applied event has

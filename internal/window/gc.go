@@ -11,25 +11,41 @@ import "math"
 //     the entry can never make anything a duplicate again. Forgetting it or
 //     not, a later event with that id is not a duplicate and is remembered
 //     afresh.
-//   - An applied event with ts < W - L - S and ts < the start of every open
-//     incident of its key. Every future applied event x has ts >= W - L, and
-//     a firing window containing x holds only events with ts >= ts(x) - S >=
+//   - An applied event with ts < W - L - S, whether or not an open incident
+//     holds it. Every future applied event x has ts >= W - L, and a firing
+//     window containing x holds only events with ts >= ts(x) - S >=
 //     W - L - S, so the pruned event is in no future firing window; the
 //     windows of the kept events that contain x are the same with or
 //     without it (a window that skipped over it would start before it and
-//     span more than S). Future incidents start at >= W - L - S and open
-//     ones after it, so no future count includes it either.
+//     span more than S). Future incidents start at >= W - L - S, so no
+//     future incident counts it. An open incident whose range holds it
+//     still counts it: prune adds it to that incident's pruned counter, and
+//     the incident's count stays pruned + kept events in [start, end]. Its
+//     start and evidence are stored in the incident and can no longer
+//     change through windows that need the pruned event; apply (incident.go)
+//     shows when they change and that the events they then need are kept,
+//     and how counts of chained incidents add up.
+//
+// Which open incidents can have pruned events: an open incident has
+// W - L <= end + S (else step 7 closed it when W last moved), so the events
+// at ts == end are never pruned. A later incident of the key starts after
+// that end, above every pruned event, so only the key's first open incident
+// can have pruned > 0. A state with an open incident thus always has events,
+// and the evidence of every incident but the first is kept.
 //
 // Both sets are prefixes in (ts, ...) order, so pruning cuts a prefix and
 // the kept events are always a suffix of all applied events of the key. A
 // key with no events, no remembered ids and no open incidents is deleted.
 // Because none of this changes an output, it does not matter when Sweep
-// runs; the property tests check that.
+// runs; the property tests check that (also with incidents that stay open
+// for many times L + S).
 //
 // Each key's next deadline — the smallest W at which its first remembered id
 // or its first event becomes prunable — is queued in a min-heap (lazy: an
 // entry is valid only while it equals the key's scheduled deadline), so Sweep
-// costs O(1) when nothing is due.
+// costs O(1) when nothing is due. Held state with an open incident is pruned
+// at the same pace, so an incident that stays open for hours keeps only the
+// events of the last L + S (+ D) of event time.
 
 // prune forgets what is prunable in ks at watermark w and reports whether
 // anything changed. It never deletes the key.
@@ -53,13 +69,21 @@ func (p *Partition) prune(ks *keyState, w int64) bool {
 	}
 	if len(ks.events) > 0 {
 		thr := subSat(subSat(w, p.cfg.LatenessMs), p.cfg.SizeMs)
-		if len(ks.open) > 0 && ks.open[0].start < thr {
-			thr = ks.open[0].start
-		}
 		if ks.events[0].TS < thr {
 			k := 1
 			for k < len(ks.events) && ks.events[k].TS < thr {
 				k++
+			}
+			// Credit the removed events ks.events[:k] to the open
+			// incidents whose range holds them (sorted by start and
+			// disjoint; one starting at or after thr holds none).
+			for _, inc := range ks.open {
+				if inc.start >= thr {
+					break
+				}
+				if i, j := ks.lowerBound(inc.start), min(ks.upperBound(inc.end), k); j > i {
+					inc.pruned += j - i
+				}
 			}
 			clear(ks.events[:k])
 			ks.events = ks.events[k:]
@@ -72,8 +96,8 @@ func (p *Partition) prune(ks *keyState, w int64) bool {
 
 // deadline returns the smallest watermark at which prune would change ks,
 // or false when nothing becomes prunable through the watermark alone (the
-// events are held by an open incident, whose close reschedules the key). An
-// empty key is due at once.
+// key holds only open incidents, which cannot happen for states built by
+// Process, see above). An empty key is due at once.
 func (p *Partition) deadline(ks *keyState) (int64, bool) {
 	if ks.empty() {
 		return math.MinInt64, true
@@ -85,8 +109,8 @@ func (p *Partition) deadline(ks *keyState) (int64, bool) {
 			d, ok = t, true
 		}
 	}
-	// ts < W - L - S  <=>  W >= ts + L + S + 1 (when not held by an incident)
-	if len(ks.events) > 0 && (len(ks.open) == 0 || ks.events[0].TS < ks.open[0].start) {
+	// ts < W - L - S  <=>  W >= ts + L + S + 1 (open incidents or not)
+	if len(ks.events) > 0 {
 		if ls, good := addChecked(p.cfg.LatenessMs, p.cfg.SizeMs); good {
 			if t, good := after(ks.events[0].TS, ls); good && t < d {
 				d, ok = t, true

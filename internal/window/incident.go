@@ -10,7 +10,9 @@ type keyState struct {
 	key string
 	// events are the applied qualifying events still needed, sorted by
 	// (ts, event_id). Pruning only ever removes a prefix (see gc.go), so
-	// they are always a suffix of all the key's applied events.
+	// they are always a suffix of all the key's applied events. Pruning
+	// does not wait for open incidents: an incident counts the events of
+	// its range that were pruned in incident.pruned.
 	events []Evidence
 	// seen maps a remembered event_id to its ts; seenBy holds the same
 	// entries sorted by (ts, event_id) so that expiry removes a prefix.
@@ -109,14 +111,21 @@ func (ks *keyState) removeOpen(inc *incident) {
 
 // incident is an open incident: one chain of firing spans, one alert.
 type incident struct {
-	ks       *keyState
-	alertID  string
-	rev      int // the last emitted revision
-	start    int64
-	end      int64
-	count    int
-	evidence []Evidence // replaced, never modified in place
-	hidx     int        // position in Partition.open
+	ks      *keyState
+	alertID string
+	rev     int // the last emitted revision
+	start   int64
+	end     int64
+	count   int // applied events with ts in [start, end]: pruned + kept ones
+	// pruned is the number of applied events with ts in [start, end] that
+	// were pruned from ks.events, so that count == pruned + the number of
+	// kept events with ts in [start, end]. Only the key's first open
+	// incident can have pruned > 0 (see gc.go).
+	pruned int
+	// evidence is stored, not derived from ks.events, because its events
+	// may have been pruned. It is replaced, never modified in place.
+	evidence []Evidence
+	hidx     int // position in Partition.open
 }
 
 func (inc *incident) revision(st Status, mergedInto string, late bool, wm int64) Revision {
@@ -174,10 +183,39 @@ func sameEvents(a, b []Evidence) bool {
 //     closed incidents cannot touch it (see closeDue).
 //   - The chain's first firing position is the first event with
 //     ts == start: an event with the same ts just before a firing position
-//     also fires, and chains with it. Count is a range count.
+//     also fires, and chains with it.
+//
+// Pruned events (gc.go) are not in ks.events. Every pruned event p has
+// ts(p) < W' - L - S for the W' it was pruned at, W' <= w, and x is applied,
+// so ts(x) >= w - L; hence ts(p) < w - L - S <= ts(x) - S <= lo, and every
+// event with ts >= lo is kept. That is all the pruned events may affect:
+//
+//   - The windows containing x: one that also held a pruned event would
+//     span more than ts(x) - ts(p) > S, so it does not fire; the others are
+//     windows of the kept suffix. So lo, hi and firstFiring are exact.
+//   - Which incidents chain: they have end >= lo. The first of them, a,
+//     may have pruned events; every later one starts after a's end >= lo,
+//     so all its events are kept (its pruned is 0).
+//   - start and evidence: if open[a].start < lo, neither changes. Let F be
+//     a's evidence (the window at the first event with ts == a.start). x is
+//     not before F[0] (ts(x) >= lo > a.start), and not between F[0] and
+//     F[N-1], since then the window at F[0] would contain x, span at most
+//     F's span and fire, giving lo <= a.start. So x sorts after F, the
+//     first event with ts == a.start and the window there are unchanged:
+//     a's stored evidence is still right, though its events may be pruned.
+//     Otherwise start = lo (a.start >= lo, or no incident chains), and the
+//     first event with ts == lo and the N events from it are kept.
+//   - count: a pruned event in [start, end] has ts < lo <= a.end, so it is
+//     in a's range [a.start, a.end] and counted in a.pruned; every event
+//     counted in a chained incident's pruned lies in its range, inside
+//     [start, end]; and ranges are disjoint, so nothing is counted twice.
+//     Hence count = sum of the chained incidents' pruned + the kept events
+//     in [start, end], and the pruned events of the union are that sum
+//     (the growth of the range, [start, a.start) and (a.end, end], lies
+//     at or after lo, where nothing was pruned).
 //
 // The tests compare this against a brute-force evaluation of the SPEC after
-// every step.
+// every step, with and without pruning.
 func (p *Partition) apply(ks *keyState, ev *Event, w int64) []Revision {
 	n, s := p.cfg.Threshold, p.cfg.SizeMs
 	pos := ks.insert(Evidence{
@@ -208,23 +246,32 @@ func (p *Partition) apply(ks *keyState, ev *Event, w int64) []Revision {
 		a++
 	}
 	b := a
+	pruned := 0
 	for b < len(ks.open) && ks.open[b].start <= hi {
+		pruned += ks.open[b].pruned
 		b++
 	}
 	start, end := lo, hi
+	var window []Evidence // the chain's evidence
+	stored := false       // window is ks.open[a]'s stored evidence
 	if b > a {
-		start = min(start, ks.open[a].start)
 		end = max(end, ks.open[b-1].end)
+		if ks.open[a].start < lo {
+			start, window, stored = ks.open[a].start, ks.open[a].evidence, true
+		}
 	}
 	first := ks.lowerBound(start)
-	if first+n > len(evs) || evs[first].TS != start || !spanWithin(evs[first].TS, evs[first+n-1].TS, s) {
-		// Unreachable for states built by Process (see above); a state
-		// loaded from bytes that passed validation but are still
-		// inconsistent must not panic.
-		first = firstFiring
+	if !stored {
+		f := first
+		if f+n > len(evs) || evs[f].TS != start || !spanWithin(evs[f].TS, evs[f+n-1].TS, s) {
+			// Unreachable for states built by Process (see above); a state
+			// loaded from bytes that passed validation but are still
+			// inconsistent must not panic.
+			f = firstFiring
+		}
+		window = evs[f : f+n]
 	}
-	count := ks.upperBound(end) - first
-	window := evs[first : first+n]
+	count := pruned + ks.upperBound(end) - first
 	late := ev.TS < w
 
 	switch b - a {
@@ -254,8 +301,10 @@ func (p *Partition) apply(ks *keyState, ev *Event, w int64) []Revision {
 
 	default: // chains several incidents: the earliest start survives
 		sur := ks.open[a]
-		sur.start, sur.count = start, count
-		sur.evidence = slices.Clone(window)
+		if !sameEvents(sur.evidence, window) {
+			sur.evidence = slices.Clone(window)
+		}
+		sur.start, sur.count, sur.pruned = start, count, pruned
 		sur.rev++
 		if sur.end != end {
 			sur.end = end

@@ -142,7 +142,9 @@ func (p *Partition) closeDue(revs []Revision) []Revision {
 		ks := inc.ks
 		ks.removeOpen(inc)
 		p.markDirty(ks)
-		p.reschedule(ks) // its events may now be prunable
+		// The prune deadline does not depend on open incidents; this only
+		// matters for a loaded key left empty (which Process never builds).
+		p.reschedule(ks)
 	}
 	return revs
 }
@@ -176,9 +178,15 @@ func (p *Partition) ClearDirty() {
 }
 
 // Stats counts the partition's state.
+//
+// Events are the applied events kept for future firing sets and counts:
+// those with ts >= W - L - S, plus older ones not pruned yet (pruning runs
+// on the touched key in Process and on due keys in Sweep). Open incidents do
+// not hold events back: an incident open for hours keeps only its events of
+// the last D + L + S of event time and counts the older ones.
 type Stats struct {
 	Keys          int // keys with any state
-	Events        int // applied events kept for future firing sets and counts
+	Events        int // applied events kept (see above)
 	Dedup         int // remembered event ids
 	OpenIncidents int
 }
