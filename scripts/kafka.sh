@@ -105,8 +105,9 @@ bootstrap_addr() {
 }
 
 # ---- state of a running cluster ----------------------------------------------
-# $run_dir/cluster.env records the layout that `up` started (NODES, BOOTSTRAP),
-# so down/status/bootstrap work without repeating --nodes.
+# $run_dir/cluster.env records the layout that `up` started (NODES, ports,
+# BOOTSTRAP), so down/status/bootstrap work without repeating --nodes or
+# KAFKA_PORT.
 
 load_running_layout() {
 	if [ -f "$run_dir/cluster.env" ]; then
@@ -115,6 +116,11 @@ load_running_layout() {
 		# shellcheck disable=SC2153 # NODES comes from cluster.env
 		nodes=$NODES
 	fi
+}
+
+save_layout() {
+	printf 'NODES=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nBOOTSTRAP=%s\n' \
+		"$nodes" "$(client_port 1)" "$(controller_port 1)" "$(bootstrap_addr)" >"$run_dir/cluster.env"
 }
 
 node_pid() { # prints the pid of node N if it is alive (and still a broker)
@@ -277,17 +283,23 @@ cmd_up() {
 
 	# A cluster of this layout may be up, or partly up (a node killed by a
 	# fault test): start only the nodes that do not run.
-	local want=$nodes alive=0
+	local want=$nodes want_port=${KAFKA_PORT:-} want_cport=${KAFKA_CONTROLLER_PORT:-} alive=0
 	if [ -f "$run_dir/cluster.env" ]; then
 		load_running_layout
 		alive=$(running_count)
 		if [ "$alive" -gt 0 ] && [ "$nodes" != "$want" ]; then
 			die "a $nodes-node cluster is running; run 'scripts/kafka.sh down' first"
 		fi
-		if [ "$alive" = 0 ] && [ "$nodes" != "$want" ]; then
-			# Stale data of another layout cannot be reused.
-			rm -rf "$run_dir"/node-* "$run_dir/cluster.id" "$run_dir/cluster.env"
-			nodes=$want
+		if [ "$alive" = 0 ]; then
+			# Nothing runs: the ports asked for now apply. Stale data of
+			# another layout cannot be reused.
+			KAFKA_PORT=$want_port KAFKA_CONTROLLER_PORT=$want_cport
+			[ -n "$KAFKA_PORT" ] || unset KAFKA_PORT
+			[ -n "$KAFKA_CONTROLLER_PORT" ] || unset KAFKA_CONTROLLER_PORT
+			if [ "$nodes" != "$want" ]; then
+				rm -rf "$run_dir"/node-* "$run_dir/cluster.id" "$run_dir/cluster.env"
+				nodes=$want
+			fi
 		fi
 	fi
 	if [ "$alive" = "$nodes" ]; then
@@ -315,7 +327,7 @@ cmd_up() {
 		cluster_id=$(new_cluster_id)
 		echo "$cluster_id" >"$run_dir/cluster.id"
 	fi
-	printf 'NODES=%s\nBOOTSTRAP=%s\n' "$nodes" "$(bootstrap_addr)" >"$run_dir/cluster.env"
+	save_layout
 
 	# Format the storage of nodes that have none (in parallel: a JVM each).
 	local pids=() fmt=()

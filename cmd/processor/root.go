@@ -36,7 +36,7 @@ func execute(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd())
+	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd(), reconcileCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

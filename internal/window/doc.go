@@ -16,9 +16,9 @@
 //     late, too late, prunable or closable.
 //   - Per key, the applied events are kept sorted by (ts, event_id) and no two
 //     share both; the kept events are a suffix of all applied events (pruning
-//     cuts a prefix, open incidents or not). The open incidents of a key are the chains of firing spans
-//     that contain applied events, sorted by start, pairwise separated by a gap
-//     (next.start > previous.end).
+//     cuts a prefix, open incidents or not). The open incidents of a key are
+//     the chains of firing spans that contain applied events, sorted by
+//     start, pairwise separated by a gap (next.start > previous.end).
 //   - Every open incident's start, end, count and evidence equal what the
 //     SPEC's definition computes over all applied events of its key, and its
 //     last emitted revision carries its current start and evidence. Its

@@ -46,14 +46,28 @@ import (
 //	  uvarint  revision         last emitted revision number
 //	  varint   start
 //	  varint   end              >= start
-//	  uvarint  count
+//	  uvarint  count            applied events with ts in [start, end]
+//	  uvarint  pruned           those of them no longer among the kept events
 //	  uvarint  V, evidence length (= the rule's Threshold N)
 //	  V x event                 same layout as above
 //
-// Nothing may follow. On load, the incidents are checked against the events:
-// the evidence must be the N kept events starting at the first event with
-// ts == start, spanning <= S, and count must equal the number of kept events
-// with ts in [start, end].
+// Nothing may follow. Pruning (gc.go) removes events older than W - L - S
+// even inside an open incident, so an incident stores its evidence and
+// counts its pruned events; the kept events are a suffix of all applied
+// events of the key. On load, every incident is checked for what that still
+// determines:
+//
+//   - the evidence is N events strictly increasing by (ts, event_id),
+//     spanning <= S, the first at ts == start, the last at ts <= end;
+//   - a kept event has ts == end (an open incident's last events are never
+//     pruned);
+//   - the evidence events not before the first kept event are kept: either
+//     all of them, and then they are the N kept events from the first with
+//     ts == start and pruned is 0; or the first j >= 1 were pruned (their ts
+//     below the first kept event's ts, as pruning cuts by ts), the other
+//     N - j are the first N - j kept events, and pruned >= j (only the first
+//     incident can have pruned events);
+//   - count = pruned + the number of kept events with ts in [start, end].
 //
 // Partition meta value (EncodeMeta):
 //
@@ -104,6 +118,7 @@ func (p *Partition) EncodeKey(key string) []byte {
 		b = binary.AppendVarint(b, inc.start)
 		b = binary.AppendVarint(b, inc.end)
 		b = binary.AppendUvarint(b, uint64(inc.count))
+		b = binary.AppendUvarint(b, uint64(inc.pruned))
 		b = binary.AppendUvarint(b, uint64(len(inc.evidence)))
 		for i := range inc.evidence {
 			b = appendEvent(b, &inc.evidence[i])
@@ -327,13 +342,14 @@ func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
 	}
 
 	n, s := p.cfg.Threshold, p.cfg.SizeMs
-	for range d.count("incident", 6) {
+	for range d.count("incident", 7) {
 		inc := &incident{ks: ks, hidx: -1}
 		inc.alertID = d.string()
 		rev := d.uvarint()
 		inc.start = d.varint()
 		inc.end = d.varint()
 		count := d.uvarint()
+		pruned := d.uvarint()
 		v := d.count("evidence", minEventBytes)
 		if d.err != nil {
 			break
@@ -358,26 +374,22 @@ func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
 			d.fail("incident %q end %d before start %d", inc.alertID, inc.end, inc.start)
 		case len(ks.open) > 0 && inc.start <= ks.open[len(ks.open)-1].end:
 			d.fail("incident %q not after the previous one", inc.alertID)
+		case count > math.MaxInt || pruned > count:
+			d.fail("incident %q count %d, pruned %d", inc.alertID, count, pruned)
 		}
 		if d.err != nil {
 			break
 		}
 		inc.rev = int(rev)
-		// The evidence must be the kept window at the first event with
-		// ts == start, and count the kept events in [start, end].
-		first := ks.lowerBound(inc.start)
-		if first+n > len(ks.events) || ks.events[first].TS != inc.start ||
-			!slices.EqualFunc(ks.events[first:first+n], inc.evidence, sameEvidence) ||
-			!spanWithin(inc.evidence[0].TS, inc.evidence[n-1].TS, s) ||
-			inc.evidence[n-1].TS > inc.end {
-			d.fail("incident %q evidence does not match the events", inc.alertID)
+		if err := ks.checkIncident(inc.evidence, inc.start, inc.end, int(pruned), n, s); err != "" {
+			d.fail("incident %q %s", inc.alertID, err)
 			break
 		}
-		if c := ks.upperBound(inc.end) - first; uint64(c) != count {
-			d.fail("incident %q count %d, the events say %d", inc.alertID, count, c)
+		if c := uint64(ks.upperBound(inc.end)-ks.lowerBound(inc.start)) + pruned; c != count {
+			d.fail("incident %q count %d, pruned %d + kept events in range say %d", inc.alertID, count, pruned, c)
 			break
 		}
-		inc.count = int(count)
+		inc.count, inc.pruned = int(count), int(pruned)
 		ks.open = append(ks.open, inc)
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -390,6 +402,46 @@ func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
 		return nil, fmt.Errorf("%w: no state (a deleted key has no value)", ErrCorrupt)
 	}
 	return ks, nil
+}
+
+// checkIncident checks an incident's evidence against the kept events (a
+// suffix of all applied events of the key, see the format comment) and
+// returns what is wrong, or "".
+func (ks *keyState) checkIncident(evidence []Evidence, start, end int64, pruned, n int, s int64) string {
+	evs := ks.events
+	for i := 1; i < n; i++ {
+		if !evLess(&evidence[i-1], &evidence[i]) {
+			return "evidence not strictly increasing by (ts, event_id)"
+		}
+	}
+	if evidence[0].TS != start || evidence[n-1].TS > end || !spanWithin(evidence[0].TS, evidence[n-1].TS, s) {
+		return "evidence does not start at start, ends after end or spans more than the window"
+	}
+	if i := ks.upperBound(end); i == 0 || evs[i-1].TS != end {
+		return "has no kept event at its end"
+	}
+	// j = the evidence events before the first kept event (pruned ones).
+	j := 0
+	for j < n && evLess(&evidence[j], &evs[0]) {
+		j++
+	}
+	if j == 0 {
+		first := ks.lowerBound(start)
+		if first+n > len(evs) || !slices.EqualFunc(evs[first:first+n], evidence, sameEvidence) {
+			return "evidence does not match the events"
+		}
+		if pruned != 0 {
+			return "has pruned events before its kept evidence"
+		}
+		return ""
+	}
+	if evidence[j-1].TS >= evs[0].TS || n-j > len(evs) || !slices.EqualFunc(evs[:n-j], evidence[j:], sameEvidence) {
+		return "evidence does not continue into the kept events"
+	}
+	if pruned < j {
+		return "counts fewer pruned events than its pruned evidence"
+	}
+	return ""
 }
 
 // sameEvidence compares every field, the value by its bits.

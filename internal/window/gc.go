@@ -40,9 +40,10 @@ import "math"
 // runs; the property tests check that (also with incidents that stay open
 // for many times L + S).
 //
-// Each key's next deadline — the smallest W at which its first remembered id
-// or its first event becomes prunable — is queued in a min-heap (lazy: an
-// entry is valid only while it equals the key's scheduled deadline), so Sweep
+// Each key is queued in a min-heap no later than its next deadline — the
+// smallest W at which its first remembered id or its first event becomes
+// prunable (lazy: an entry is valid only while it equals the key's scheduled
+// time, and a deadline that moves later keeps the earlier entry) — so Sweep
 // costs O(1) when nothing is due. Held state with an open incident is pruned
 // at the same pace, so an incident that stays open for hours keeps only the
 // events of the last L + S (+ D) of event time.
@@ -129,14 +130,20 @@ func after(ts, delta int64) (int64, bool) {
 	return t + 1, true
 }
 
-// reschedule queues ks's current deadline unless it is already queued.
+// reschedule makes sure that ks is queued no later than its current
+// deadline: an entry at or before it, or a new one at it.
 func (p *Partition) reschedule(ks *keyState) {
 	d, ok := p.deadline(ks)
 	if !ok {
 		ks.scheduled = false
 		return
 	}
-	if ks.scheduled && ks.sched == d {
+	if ks.scheduled && ks.sched <= d {
+		// The queued entry is due no later than d: Sweep then prunes what
+		// is due and queues the key again at its deadline. Not queueing
+		// every later deadline keeps the queue at about one entry per key
+		// while a busy key's deadline moves on with every pruning Process
+		// (an entry popped early just prunes nothing or less).
 		return
 	}
 	ks.sched, ks.scheduled = d, true

@@ -1,0 +1,450 @@
+// Package reconcile owns the after-the-fact proof that no alert was lost or
+// doubled: it reads the input, alert, dead-letter, late and changelog
+// topics read_committed and checks SPEC.md section 5 from the outside:
+//
+//   - no alert revision appears twice, and each alert's revisions are
+//     0, 1, 2, ... in order, opening with "open" and ending at most once
+//     with "closed" or "merged";
+//   - every evidence sample exists in the input at its partition and offset,
+//     has the alert's key, qualifies under the rule, and the evidence spans
+//     at most the window;
+//   - every input record up to the committed position is accounted for
+//     exactly once (processed + filtered + duplicate + dead_lettered +
+//     too_late = records, per partition), the dead-letter and late topics
+//     hold exactly the counted records, each once;
+//   - optionally (Recompute), the committed outputs equal a recomputation of
+//     the pipeline over the same input prefix.
+//
+// It only reads; it never writes to Kafka.
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/pipeline"
+)
+
+// Options configure a reconciliation.
+type Options struct {
+	Config config.Config
+	// Recompute also reruns the pipeline over the committed input prefix
+	// and compares every output record.
+	Recompute bool
+	// Timeout bounds reading each topic. Default 2m.
+	Timeout time.Duration
+	// Progress, if set, is called while reading with the topic, records read
+	// and records expected.
+	Progress func(topic string, read, total int64)
+	// ExtraKgoOpts are appended to client options (TLS, SASL).
+	ExtraKgoOpts []kgo.Opt
+}
+
+// Report is the outcome.
+type Report struct {
+	InputRecords  int
+	Alerts        int
+	AlertIDs      int
+	DeadLetters   int
+	TooLate       int
+	Partitions    map[int32]pipeline.Accounting
+	Violations    []string
+	Recomputed    bool
+	ViolationsCap int
+}
+
+// OK reports whether no violation was found.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+func (r *Report) violate(format string, args ...any) {
+	if r.ViolationsCap == 0 {
+		r.ViolationsCap = 50
+	}
+	if len(r.Violations) < r.ViolationsCap {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	} else if len(r.Violations) == r.ViolationsCap {
+		r.Violations = append(r.Violations, "(more violations not shown)")
+	}
+}
+
+// String renders the report for people.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "input records: %d\nalert revisions: %d (%d alerts)\ndead letters: %d\ntoo late: %d\n",
+		r.InputRecords, r.Alerts, r.AlertIDs, r.DeadLetters, r.TooLate)
+	parts := make([]int32, 0, len(r.Partitions))
+	for p := range r.Partitions {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		a := r.Partitions[p]
+		fmt.Fprintf(&b, "partition %d: next_offset %d records %d = processed %d + filtered %d + duplicate %d + dead_lettered %d + too_late %d\n",
+			p, a.NextOffset, a.Records, a.Processed, a.Filtered, a.Duplicate, a.DeadLettered, a.TooLate)
+	}
+	if r.Recomputed {
+		b.WriteString("recomputed outputs: compared\n")
+	}
+	if r.OK() {
+		b.WriteString("OK: no violation\n")
+	} else {
+		fmt.Fprintf(&b, "VIOLATIONS (%d):\n", len(r.Violations))
+		for _, v := range r.Violations {
+			b.WriteString("  - " + v + "\n")
+		}
+	}
+	return b.String()
+}
+
+// Run reads the topics and checks them.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	cfg := o.Config
+	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
+	read := func(topic string) ([]*kgo.Record, error) {
+		return ReadCommitted(ctx, cfg.Brokers, topic, o.Timeout, o.Progress, o.ExtraKgoOpts...)
+	}
+	input, err := read(cfg.Topics.Input)
+	if err != nil {
+		return nil, err
+	}
+	rep.InputRecords = len(input)
+	byPos := map[int32]map[int64]*kgo.Record{}
+	for _, r := range input {
+		if byPos[r.Partition] == nil {
+			byPos[r.Partition] = map[int64]*kgo.Record{}
+		}
+		byPos[r.Partition][r.Offset] = r
+	}
+	changelog, err := read(cfg.ChangelogTopic())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range changelog {
+		if string(r.Key) != "a" {
+			continue
+		}
+		var a pipeline.Accounting
+		if err := json.Unmarshal(r.Value, &a); err != nil {
+			rep.violate("changelog %d@%d: undecodable accounting record: %v", r.Partition, r.Offset, err)
+			continue
+		}
+		rep.Partitions[r.Partition] = a
+	}
+	committed := func(p int32, off int64) bool { return off < rep.Partitions[p].NextOffset }
+
+	// Accounting per partition.
+	inCount := map[int32]int64{}
+	for _, r := range input {
+		if committed(r.Partition, r.Offset) {
+			inCount[r.Partition]++
+		}
+	}
+	for p, a := range rep.Partitions {
+		if !a.Balanced() {
+			rep.violate("partition %d: accounting does not balance: %+v", p, a)
+		}
+		if a.Records != inCount[p] {
+			rep.violate("partition %d: %d records counted, but the input holds %d records below offset %d", p, a.Records, inCount[p], a.NextOffset)
+		}
+	}
+	for p, n := range inCount {
+		if _, ok := rep.Partitions[p]; !ok && n > 0 {
+			rep.violate("partition %d: no accounting record", p)
+		}
+	}
+
+	// Dead letters and too-late copies: each counted input record once.
+	for _, side := range []struct {
+		topic string
+		count func(pipeline.Accounting) int64
+		n     *int
+	}{
+		{cfg.Topics.DLQ, func(a pipeline.Accounting) int64 { return a.DeadLettered }, &rep.DeadLetters},
+		{cfg.Topics.Late, func(a pipeline.Accounting) int64 { return a.TooLate }, &rep.TooLate},
+	} {
+		recs, err := read(side.topic)
+		if err != nil {
+			return nil, err
+		}
+		*side.n = len(recs)
+		seen := map[string]bool{}
+		per := map[int32]int64{}
+		for _, r := range recs {
+			p, errP := strconv.ParseInt(header(r, pipeline.HeaderSourcePartition), 10, 32)
+			off, errO := strconv.ParseInt(header(r, pipeline.HeaderSourceOffset), 10, 64)
+			if errP != nil || errO != nil || header(r, pipeline.HeaderSourceTopic) != cfg.Topics.Input {
+				rep.violate("%s %d@%d: bad source headers", side.topic, r.Partition, r.Offset)
+				continue
+			}
+			pos := fmt.Sprintf("%d@%d", p, off)
+			if seen[pos] {
+				rep.violate("%s: input record %s appears twice", side.topic, pos)
+			}
+			seen[pos] = true
+			src := byPos[int32(p)][off]
+			if src == nil {
+				rep.violate("%s: input record %s does not exist", side.topic, pos)
+			} else if string(src.Value) != string(r.Value) || string(src.Key) != string(r.Key) {
+				rep.violate("%s: record %s does not carry the original key and value", side.topic, pos)
+			}
+			if committed(int32(p), off) {
+				per[int32(p)]++
+			}
+		}
+		for p, a := range rep.Partitions {
+			if per[p] != side.count(a) {
+				rep.violate("partition %d: %d records in %s, accounting says %d", p, per[p], side.topic, side.count(a))
+			}
+		}
+	}
+
+	// Alerts.
+	alertRecs, err := read(cfg.Topics.Alerts)
+	if err != nil {
+		return nil, err
+	}
+	rep.Alerts = len(alertRecs)
+	checkAlerts(rep, cfg, alertRecs, byPos)
+
+	if o.Recompute {
+		rep.Recomputed = true
+		recompute(rep, cfg, input, alertRecs, committed, read)
+	}
+	return rep, nil
+}
+
+type alertState struct {
+	next   int
+	ended  bool
+	status string
+}
+
+func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record) {
+	valid := event.NewValidator(event.JSONDecoder{}, event.Options{MaxFutureSkewMs: max(cfg.Rule.MaxFutureSkew.Milliseconds(), 1)})
+	states := map[string]*alertState{}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		a, err := alerts.Decode(r.Value)
+		if err != nil {
+			rep.violate("alert %d@%d: undecodable: %v", r.Partition, r.Offset, err)
+			continue
+		}
+		id := fmt.Sprintf("%s#%d", a.AlertID, a.Revision)
+		if seen[id] {
+			rep.violate("alert %s revision %d appears twice", a.AlertID, a.Revision)
+			continue
+		}
+		seen[id] = true
+		st := states[a.AlertID]
+		if st == nil {
+			st = &alertState{}
+			states[a.AlertID] = st
+		}
+		switch {
+		case st.ended:
+			rep.violate("alert %s: revision %d after its final %s revision", a.AlertID, a.Revision, st.status)
+		case a.Revision != st.next:
+			rep.violate("alert %s: revision %d where %d was expected", a.AlertID, a.Revision, st.next)
+		case a.Revision == 0 && a.Status != alerts.StatusOpen:
+			rep.violate("alert %s: revision 0 is %s, want open", a.AlertID, a.Status)
+		case a.Revision > 0 && a.Status == alerts.StatusOpen:
+			rep.violate("alert %s: revision %d is open", a.AlertID, a.Revision)
+		}
+		st.next = a.Revision + 1
+		st.status = a.Status
+		st.ended = a.Status == alerts.StatusClosed || a.Status == alerts.StatusMerged
+		if string(r.Key) != a.MachineID {
+			rep.violate("alert %s: record key %q is not its machine %q", a.AlertID, r.Key, a.MachineID)
+		}
+		if a.RuleID != cfg.Rule.ID || a.RuleVersion != cfg.Rule.Version {
+			rep.violate("alert %s: rule %s v%d, want %s v%d", a.AlertID, a.RuleID, a.RuleVersion, cfg.Rule.ID, cfg.Rule.Version)
+		}
+		if len(a.Evidence) != cfg.Rule.Threshold {
+			rep.violate("alert %s rev %d: %d evidence samples, want %d", a.AlertID, a.Revision, len(a.Evidence), cfg.Rule.Threshold)
+		}
+		if n := len(a.Evidence); n > 0 && a.Evidence[n-1].TS-a.Evidence[0].TS > cfg.Rule.Window.Milliseconds() {
+			rep.violate("alert %s rev %d: evidence spans %dms > window %s", a.AlertID, a.Revision, a.Evidence[n-1].TS-a.Evidence[0].TS, cfg.Rule.Window)
+		}
+		for _, e := range a.Evidence {
+			src := byPos[e.Partition][e.Offset]
+			if src == nil {
+				rep.violate("alert %s rev %d: evidence %s at %d@%d is not in the input", a.AlertID, a.Revision, e.EventID, e.Partition, e.Offset)
+				continue
+			}
+			ev, verr := valid.Check(src.Key, src.Value, src.Timestamp.UnixMilli())
+			switch {
+			case verr != nil:
+				rep.violate("alert %s: evidence %d@%d is an invalid record (%s)", a.AlertID, e.Partition, e.Offset, verr.Reason)
+			case ev.EventID != e.EventID || ev.TS != e.TS || ev.SensorID != e.SensorID || math.Abs(ev.Value-e.Value) > 1e-9:
+				rep.violate("alert %s: evidence %s does not match the input record at %d@%d", a.AlertID, e.EventID, e.Partition, e.Offset)
+			case ev.MachineID != a.MachineID:
+				rep.violate("alert %s: evidence %s is of machine %s", a.AlertID, e.EventID, ev.MachineID)
+			case ev.Value < cfg.Rule.MinValue || (cfg.Rule.Quality != "" && ev.Quality != cfg.Rule.Quality):
+				rep.violate("alert %s: evidence %s does not qualify (value %v, quality %s)", a.AlertID, e.EventID, ev.Value, ev.Quality)
+			}
+		}
+	}
+	rep.AlertIDs = len(states)
+}
+
+// recompute reruns the pipeline over the committed input prefix and compares.
+func recompute(rep *Report, cfg config.Config, input, alertRecs []*kgo.Record, committed func(int32, int64) bool,
+	read func(string) ([]*kgo.Record, error)) {
+	stage, err := pipeline.NewStage(cfg.Rule)
+	if err != nil {
+		rep.violate("recompute: %v", err)
+		return
+	}
+	log := pipeline.Log{}
+	for _, r := range input {
+		if !committed(r.Partition, r.Offset) {
+			continue
+		}
+		in := pipeline.Input{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value,
+			TimestampMs: r.Timestamp.UnixMilli()}
+		for _, h := range r.Headers {
+			in.Headers = append(in.Headers, pipeline.Header{Key: h.Key, Value: h.Value})
+		}
+		log[r.Partition] = append(log[r.Partition], in)
+	}
+	want, _ := stage.Reference(log)
+	got := pipeline.Outputs{}
+	add := func(kind pipeline.Kind, recs []*kgo.Record) {
+		for _, r := range recs {
+			hs := make([]pipeline.Header, len(r.Headers))
+			for i, h := range r.Headers {
+				hs[i] = pipeline.Header{Key: h.Key, Value: h.Value}
+			}
+			got.Add(kind, r.Key, r.Value, hs)
+		}
+	}
+	add(pipeline.Alert, alertRecs)
+	for kind, topic := range map[pipeline.Kind]string{pipeline.DeadLetter: cfg.Topics.DLQ, pipeline.TooLate: cfg.Topics.Late} {
+		recs, err := read(topic)
+		if err != nil {
+			rep.violate("recompute: read %s: %v", topic, err)
+			return
+		}
+		add(kind, recs)
+	}
+	if d := pipeline.Diff(want, got.Canonical()); d != "" {
+		rep.violate("committed outputs differ from a recomputation over the committed input:\n%s", d)
+	}
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// ReadCommitted reads topic from the start of every partition up to its high
+// watermark at the time of the call, read_committed, and returns the
+// committed data records in partition, then offset order. Transaction
+// markers are read (not returned) to see progress past the last stable
+// offset; an open transaction makes it wait, at most timeout.
+func ReadCommitted(ctx context.Context, seeds []string, topic string, timeout time.Duration,
+	progress func(string, int64, int64), extra ...kgo.Opt) ([]*kgo.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: client: %w", err)
+	}
+	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
+	adm.Close()
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: end offsets of %s: %w", topic, err)
+	}
+	end := map[int32]int64{}
+	next := map[int32]int64{}
+	start := map[int32]kgo.Offset{}
+	var total int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			end[o.Partition] = o.Offset
+			start[o.Partition] = kgo.NewOffset().AtStart()
+			total += o.Offset
+		}
+	})
+	if len(start) == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: client: %w", err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	var read int64
+	done := func() bool {
+		for p, e := range end {
+			if next[p] < e {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			var behind []string
+			for p, e := range end {
+				if next[p] < e {
+					behind = append(behind, fmt.Sprintf("%d (at %d of %d)", p, next[p], e))
+				}
+			}
+			slices.Sort(behind)
+			return nil, fmt.Errorf("reconcile: reading %s did not finish within %s; partitions behind (an open transaction?): %s",
+				topic, timeout, strings.Join(behind, ", "))
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, fmt.Errorf("reconcile: fetch %s: %w", topic, ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end[r.Partition] {
+				return
+			}
+			next[r.Partition] = r.Offset + 1
+			read++
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
+		if progress != nil {
+			progress(topic, read, total)
+		}
+	}
+	slices.SortFunc(out, func(a, b *kgo.Record) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	return out, nil
+}
