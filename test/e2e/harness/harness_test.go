@@ -191,6 +191,9 @@ func TestCompactedTopic(t *testing.T) {
 		t.Fatalf("describe configs: %v", err)
 	}
 	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
 	if err != nil {
 		t.Fatalf("describe configs of %s: %v", topic, err)
 	}

@@ -70,6 +70,9 @@ func NewTopic(t testing.TB, seeds []string, name string, partitions int32, confi
 	if err != nil {
 		t.Fatalf("harness: create topic %s (%d partitions, configs %v): %v", name, partitions, flatten(configs), err)
 	}
+	if err := waitTopic(ctx, adm, name, partitions); err != nil {
+		t.Fatalf("harness: create topic %s: %v", name, err)
+	}
 	t.Cleanup(func() {
 		// A fresh client: the test's clients may be closed by now, and a
 		// test that stopped a broker must not fail on its clean-up.
@@ -90,6 +93,50 @@ func NewTopic(t testing.TB, seeds []string, name string, partitions int32, confi
 		}
 	})
 	return name
+}
+
+// waitTopic waits until the broker's metadata has topic with every
+// partition led: CreateTopics returns once the controller has it, and a
+// DescribeConfigs or produce right after can still find no topic.
+func waitTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
+	var last error
+	for {
+		details, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			last = topicReady(details, topic, partitions)
+			if last == nil {
+				return nil
+			}
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not in the metadata with all partitions led: %w", last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func topicReady(details kadm.TopicDetails, topic string, partitions int32) error {
+	d, ok := details[topic]
+	switch {
+	case !ok:
+		return fmt.Errorf("topic %s not listed", topic)
+	case d.Err != nil:
+		return d.Err
+	case int32(len(d.Partitions)) != partitions:
+		return fmt.Errorf("%d of %d partitions listed", len(d.Partitions), partitions)
+	}
+	for _, p := range d.Partitions {
+		if p.Err != nil {
+			return fmt.Errorf("partition %d: %w", p.Partition, p.Err)
+		}
+		if p.Leader < 0 {
+			return fmt.Errorf("partition %d has no leader", p.Partition)
+		}
+	}
+	return nil
 }
 
 func flatten(configs map[string]*string) map[string]string {
