@@ -414,8 +414,13 @@ func (ks *keyState) checkIncident(evidence []Evidence, start, end int64, pruned,
 			return "evidence not strictly increasing by (ts, event_id)"
 		}
 	}
-	if evidence[0].TS != start || evidence[n-1].TS > end || !spanWithin(evidence[0].TS, evidence[n-1].TS, s) {
-		return "evidence does not start at start, ends after end or spans more than the window"
+	switch {
+	case evidence[0].TS != start:
+		return "evidence does not begin at start"
+	case evidence[n-1].TS > end:
+		return "evidence ends after end"
+	case !spanWithin(evidence[0].TS, evidence[n-1].TS, s):
+		return "evidence spans more than the window"
 	}
 	if i := ks.upperBound(end); i == 0 || evs[i-1].TS != end {
 		return "has no kept event at its end"

@@ -5,6 +5,9 @@ import (
 	"testing"
 )
 
+// fuzzConfig is the configuration FuzzDecodeKey loads under.
+var fuzzConfig = Config{Threshold: 3, SizeMs: 60, DelayMs: 5, LatenessMs: 40, DedupHorizonMs: 200, AlertID: testAlertID}
+
 // FuzzDecodeKey: LoadKey on arbitrary bytes never panics, and a state it
 // accepts re-encodes to the same bytes and can be processed on.
 func FuzzDecodeKey(f *testing.F) {
@@ -22,6 +25,21 @@ func FuzzDecodeKey(f *testing.F) {
 			}
 		}
 	}
+	// Long incidents under the fuzz configuration: open incidents with
+	// pruned events and partly or wholly pruned evidence.
+	for seed := range uint64(10) {
+		rng := rand.New(rand.NewPCG(seed, 10))
+		p := mustPartition(f, fuzzConfig)
+		for i, r := range arrive(rng, genDense(rng, fuzzConfig, 1, 60+rng.IntN(200)), fuzzConfig.DelayMs) {
+			p.Process(r.ev, r.q)
+			if i%7 == 0 {
+				p.Sweep()
+			}
+		}
+		if b := p.EncodeKey("m1"); b != nil {
+			f.Add(b)
+		}
+	}
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	f.Add([]byte{1, 0, 0, 0})
@@ -30,8 +48,7 @@ func FuzzDecodeKey(f *testing.F) {
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg := Config{Threshold: 3, SizeMs: 60, DelayMs: 5, LatenessMs: 40, DedupHorizonMs: 200, AlertID: testAlertID}
-		p := mustPartition(t, cfg)
+		p := mustPartition(t, fuzzConfig)
 		if err := p.LoadKey("m1", data); err != nil {
 			if p.Stats() != (Stats{}) {
 				t.Fatal("failed load changed the partition")

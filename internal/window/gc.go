@@ -44,9 +44,9 @@ import "math"
 // smallest W at which its first remembered id or its first event becomes
 // prunable (lazy: an entry is valid only while it equals the key's scheduled
 // time, and a deadline that moves later keeps the earlier entry) — so Sweep
-// costs O(1) when nothing is due. Held state with an open incident is pruned
-// at the same pace, so an incident that stays open for hours keeps only the
-// events of the last L + S (+ D) of event time.
+// costs O(1) when nothing is due. The events of an open incident are pruned
+// like any others, so an incident that stays open for hours keeps only its
+// events of the last D + L + S of event time.
 
 // prune forgets what is prunable in ks at watermark w and reports whether
 // anything changed. It never deletes the key.
@@ -96,9 +96,10 @@ func (p *Partition) prune(ks *keyState, w int64) bool {
 }
 
 // deadline returns the smallest watermark at which prune would change ks,
-// or false when nothing becomes prunable through the watermark alone (the
-// key holds only open incidents, which cannot happen for states built by
-// Process, see above). An empty key is due at once.
+// or false when nothing ever becomes prunable through the watermark alone
+// (the deadline overflows int64, or the key holds open incidents but no
+// events or ids, which Process never builds, see above). An empty key is due
+// at once.
 func (p *Partition) deadline(ks *keyState) (int64, bool) {
 	if ks.empty() {
 		return math.MinInt64, true

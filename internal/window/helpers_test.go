@@ -57,13 +57,7 @@ type refIncident struct {
 // refIncidents evaluates the SPEC's definition over all applied events of
 // one key, with no incremental state at all.
 func refIncidents(key string, applied []Evidence, n int, s int64) []refIncident {
-	evs := slices.Clone(applied)
-	slices.SortFunc(evs, func(a, b Evidence) int {
-		if c := cmp.Compare(a.TS, b.TS); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.EventID, b.EventID)
-	})
+	evs := sortedEvents(applied)
 	var out []refIncident
 	var cur *refIncident
 	for i := 0; i+n-1 < len(evs); i++ {
@@ -88,6 +82,18 @@ func refIncidents(key string, applied []Evidence, n int, s int64) []refIncident 
 	return out
 }
 
+// sortedEvents returns a copy of evs in (ts, event_id) order.
+func sortedEvents(evs []Evidence) []Evidence {
+	evs = slices.Clone(evs)
+	slices.SortFunc(evs, func(a, b Evidence) int {
+		if c := cmp.Compare(a.TS, b.TS); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.EventID, b.EventID)
+	})
+	return evs
+}
+
 // ---- a driver that can sweep, persist and restore as it goes ----
 
 type driver struct {
@@ -97,10 +103,10 @@ type driver struct {
 
 	sweepEvery bool
 	keepAll    bool // no pruning inside Process (see Partition.keepAll)
-	// flush and restore are probabilities per record (0 = never); rnd
-	// supplies the coin flips.
-	flush, restore float64
-	rnd            func() float64
+	// sweep, flush and restore are probabilities per record (0 = never);
+	// rnd supplies the coin flips.
+	sweep, flush, restore float64
+	rnd                   func() float64
 
 	store map[string][]byte // what package state would hold
 	meta  []byte
@@ -125,6 +131,9 @@ func (d *driver) step(r rec) Result {
 		d.p.Sweep()
 	}
 	if d.rnd != nil {
+		if d.rnd() < d.sweep {
+			d.p.Sweep()
+		}
 		if d.rnd() < d.flush {
 			d.persist()
 		}

@@ -61,6 +61,61 @@ func genEvents(rng *rand.Rand, cfg Config, nKeys, n int) []rec {
 	return recs
 }
 
+// genDenseConfig is genConfigN with N >= 2 (with N = 1 firing spans are
+// points and chain only at equal ts) and a lateness of at most 2S, so that
+// genDense's incidents last many times D + L + S.
+func genDenseConfig(rng *rand.Rand) Config {
+	cfg := genConfigN(rng, 2+rng.IntN(4))
+	cfg.LatenessMs = rng.Int64N(2*cfg.SizeMs + 1)
+	cfg.DedupHorizonMs = cfg.SizeMs + cfg.LatenessMs + 1 + rng.Int64N(100)
+	return cfg
+}
+
+// genDense returns records in ts order in which every key qualifies
+// continuously: consecutive events of a key are at most S/N apart (ties
+// included), so N consecutive qualifying events span less than S, even
+// across a filtered one, and the spans chain into incidents that stay open
+// for many times L + S (the case where pruning inside open incidents
+// matters). Now and then a gap of more than S ends an incident. Redeliveries
+// repeat an event.
+func genDense(rng *rand.Rand, cfg Config, nKeys, n int) []rec {
+	step := max(cfg.SizeMs/int64(cfg.Threshold), 1)
+	ids := rng.Perm(n * 2)
+	next := make([]int64, nKeys)
+	for i := range next {
+		next[i] = rng.Int64N(cfg.SizeMs)
+	}
+	var recs []rec
+	for len(recs) < n {
+		k := rng.IntN(nKeys)
+		if rng.IntN(80) == 0 {
+			next[k] += cfg.SizeMs + 1 + rng.Int64N(cfg.SizeMs)
+		}
+		next[k] += rng.Int64N(step + 1)
+		id := fmt.Sprintf("e%04d", ids[len(recs)])
+		ts := next[k]
+		r := rec{ev: Event{Key: fmt.Sprintf("m%d", k+1), EventID: id, SensorID: "s" + id[len(id)-1:], TS: ts, Value: float64(ts % 97)}, q: rng.IntN(12) != 0}
+		recs = append(recs, r)
+		if rng.IntN(10) == 0 {
+			recs = append(recs, r)
+		}
+	}
+	return recs
+}
+
+// genScenario returns a random configuration and records in ts order: for
+// seed < propIterations genEvents's bursts (1 to maxKeys keys, n0 to
+// n0+nRange-1 records), for the denseIterations seeds after them genDense's
+// long incidents.
+func genScenario(rng *rand.Rand, seed uint64, maxKeys, n0, nRange int) (Config, []rec) {
+	if seed >= propIterations {
+		cfg := genDenseConfig(rng)
+		return cfg, genDense(rng, cfg, 1+rng.IntN(2), 100+rng.IntN(200))
+	}
+	cfg := genConfig(rng)
+	return cfg, genEvents(rng, cfg, 1+rng.IntN(maxKeys), n0+rng.IntN(nRange))
+}
+
 // arrive returns an arrival order of recs in which no record is more than
 // jitter behind any earlier one: each record's arrival key is ts + U[0,
 // jitter]. With jitter <= D + L every qualifying event is applied (ts >= W -
@@ -103,7 +158,7 @@ type checker struct {
 	wm  int64
 
 	seen    map[string]map[string]int64 // never pruned
-	applied map[string][]Evidence
+	applied map[string][]Evidence       // sorted by (ts, event_id)
 	closed  map[string][]refIncident
 	last    map[string]Revision // last revision of each alert
 	final   map[string]bool     // merged or closed
@@ -154,7 +209,11 @@ func (c *checker) observe(p *Partition, r rec, res Result) {
 		c.fatalf("%+v W=%d: outcome %v, want %v", ev, w, res.Outcome, want)
 	}
 	if want == Processed {
-		c.applied[ev.Key] = append(c.applied[ev.Key], Evidence{ev.EventID, ev.SensorID, ev.TS, ev.Value, ev.Partition, ev.Offset})
+		e := Evidence{ev.EventID, ev.SensorID, ev.TS, ev.Value, ev.Partition, ev.Offset}
+		i, _ := slices.BinarySearchFunc(c.applied[ev.Key], e, func(a, b Evidence) int {
+			return cmp.Or(cmp.Compare(a.TS, b.TS), cmp.Compare(a.EventID, b.EventID))
+		})
+		c.applied[ev.Key] = slices.Insert(c.applied[ev.Key], i, e)
 	}
 	if ev.TS < w && res.LatenessMs != w-ev.TS || ev.TS >= w && res.LatenessMs != 0 {
 		c.fatalf("%+v W=%d: lateness %d", ev, w, res.LatenessMs)
@@ -289,6 +348,9 @@ func (c *checker) checkState(p *Partition) {
 		if !reflect.DeepEqual(got, ref) {
 			c.fatalf("key %s: incidents differ from the reference\n got: %+v\nwant: %+v", key, got, ref)
 		}
+		if ks := p.keys[key]; ks != nil {
+			c.checkPruned(ks, applied)
+		}
 	}
 	for key, ks := range p.keys {
 		if key != ks.key {
@@ -335,6 +397,40 @@ func (c *checker) checkState(p *Partition) {
 	}
 }
 
+// checkPruned checks a key's kept events and pruned counters against all
+// its applied events (all, sorted): the kept events are a suffix of them,
+// every pruned one was prunable (ts < W - L - S), and every open incident's
+// pruned counts exactly its events that are not kept, so that count =
+// pruned + kept events in range; only the first incident has pruned ones.
+func (c *checker) checkPruned(ks *keyState, all []Evidence) {
+	c.tb.Helper()
+	k := len(all) - len(ks.events)
+	if k < 0 || !slices.Equal(all[k:], ks.events) {
+		c.fatalf("key %q: the kept events are not a suffix of the applied events", ks.key)
+	}
+	if k > 0 && all[k-1].TS >= subSat(subSat(c.wm, c.cfg.LatenessMs), c.cfg.SizeMs) {
+		c.fatalf("key %q: event %+v pruned at W=%d, not older than W - L - S", ks.key, all[k-1], c.wm)
+	}
+	for i, inc := range ks.open {
+		total, kept := 0, 0
+		for j, e := range all {
+			if e.TS >= inc.start && e.TS <= inc.end {
+				total++
+				if j >= k {
+					kept++
+				}
+			}
+		}
+		if inc.pruned != total-kept || inc.count != inc.pruned+kept {
+			c.fatalf("key %q incident %s: count %d pruned %d, the applied events say %d of which %d kept",
+				ks.key, inc.alertID, inc.count, inc.pruned, total, kept)
+		}
+		if i > 0 && inc.pruned != 0 {
+			c.fatalf("key %q: incident %s after the first has pruned events", ks.key, inc.alertID)
+		}
+	}
+}
+
 // checkSwept checks that Sweep left nothing prunable: garbage collection is
 // not only invisible but complete.
 func (c *checker) checkSwept(p *Partition) {
@@ -347,10 +443,8 @@ func (c *checker) checkSwept(p *Partition) {
 		if len(ks.seenBy) > 0 && ks.seenBy[0].ts < subSat(w, c.cfg.DedupHorizonMs) {
 			c.fatalf("key %q: expired id %q left by Sweep at W=%d", key, ks.seenBy[0].id, w)
 		}
+		// Open incidents hold nothing back.
 		thr := subSat(subSat(w, c.cfg.LatenessMs), c.cfg.SizeMs)
-		if len(ks.open) > 0 {
-			thr = min(thr, ks.open[0].start)
-		}
 		if len(ks.events) > 0 && ks.events[0].TS < thr {
 			c.fatalf("key %q: prunable event %+v left by Sweep at W=%d", key, ks.events[0], w)
 		}
@@ -359,17 +453,19 @@ func (c *checker) checkSwept(p *Partition) {
 
 // ---- properties ----
 
-const propIterations = 300
+const (
+	propIterations  = 300 // seeds with genEvents's bursts
+	denseIterations = 100 // seeds after those with genDense's long incidents
+)
 
 // TestPropertyAgainstReference feeds random logs in arbitrary arrival order
 // (duplicates, late and too-late events included), sweeping, persisting and
 // restoring at random points, and checks the whole state against the
 // brute-force SPEC after every record.
 func TestPropertyAgainstReference(t *testing.T) {
-	for seed := range uint64(propIterations) {
+	for seed := range uint64(propIterations + denseIterations) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		cfg := genConfig(rng)
-		recs := genEvents(rng, cfg, 1+rng.IntN(3), 20+rng.IntN(60))
+		cfg, recs := genScenario(rng, seed, 3, 20, 60)
 		recs = arrive(rng, recs, rng.Int64N(3*(cfg.DelayMs+cfg.LatenessMs+cfg.SizeMs)+1))
 		recs = append(recs, closer(cfg, recs))
 		d := newDriver(t, cfg)
@@ -434,10 +530,9 @@ func fmtEvidenceFull(ev []Evidence) string {
 // allowed lateness, the closed alerts depend only on the set of events, and
 // equal the brute-force reference over that set.
 func TestPropertyOrderIndependence(t *testing.T) {
-	for seed := range uint64(propIterations) {
+	for seed := range uint64(propIterations + denseIterations) {
 		rng := rand.New(rand.NewPCG(seed, 2))
-		cfg := genConfig(rng)
-		set := genEvents(rng, cfg, 1+rng.IntN(4), 20+rng.IntN(80))
+		cfg, set := genScenario(rng, seed, 4, 20, 80)
 
 		// The reference over the set.
 		byKey := map[string][]Evidence{}
@@ -495,14 +590,16 @@ func TestPropertyDeterminism(t *testing.T) {
 	}
 }
 
-// TestPropertyGCInvisible: sweeping after every record and never forgetting
-// anything (no Sweep, no pruning inside Process) give identical revisions
-// and outcomes.
+// TestPropertyGCInvisible: sweeping after every record, sweeping,
+// persisting and restoring at random points, and never forgetting anything
+// (no Sweep, no pruning inside Process) give identical revisions and
+// outcomes. The dense seeds keep incidents open for many times L + S, so
+// that events are pruned inside open incidents (checked to happen).
 func TestPropertyGCInvisible(t *testing.T) {
-	for seed := range uint64(propIterations) {
+	prunedInside := 0
+	for seed := range uint64(propIterations + denseIterations) {
 		rng := rand.New(rand.NewPCG(seed, 4))
-		cfg := genConfig(rng)
-		recs := genEvents(rng, cfg, 1+rng.IntN(4), 20+rng.IntN(80))
+		cfg, recs := genScenario(rng, seed, 4, 20, 80)
 		recs = arrive(rng, recs, rng.Int64N(3*(cfg.DelayMs+cfg.LatenessMs+cfg.SizeMs)+1))
 		recs = append(recs, closer(cfg, recs))
 		never := newDriver(t, cfg)
@@ -510,13 +607,31 @@ func TestPropertyGCInvisible(t *testing.T) {
 		never.run(recs)
 		always := newDriver(t, cfg)
 		always.sweepEvery = true
-		always.run(recs)
-		if !reflect.DeepEqual(never.revs, always.revs) || !reflect.DeepEqual(never.outs, always.outs) {
-			t.Fatalf("seed %d: sweeping changed the output:\n%s\n%s", seed, fmtRevisions(never.revs), fmtRevisions(always.revs))
+		sometimes := newDriver(t, cfg)
+		sometimes.rnd, sometimes.sweep, sometimes.flush, sometimes.restore = rng.Float64, 0.2, 0.3, 0.1
+		seen := false
+		for _, r := range recs {
+			always.step(r)
+			sometimes.step(r)
+			if ks := always.p.keys[r.ev.Key]; ks != nil && len(ks.open) > 0 && ks.open[0].pruned > 0 {
+				seen = true
+			}
+		}
+		if seen && seed >= propIterations {
+			prunedInside++
+		}
+		for _, d := range []*driver{always, sometimes} {
+			if !reflect.DeepEqual(never.revs, d.revs) || !reflect.DeepEqual(never.outs, d.outs) {
+				t.Fatalf("seed %d: garbage collection changed the output:\n%s\n%s", seed, fmtRevisions(never.revs), fmtRevisions(d.revs))
+			}
 		}
 		if n, a := never.p.Stats(), always.p.Stats(); n.Keys == 0 || a.Keys != 0 || n.Events+n.Dedup == 0 {
 			t.Fatalf("seed %d: after the closer never=%+v always=%+v", seed, n, a)
 		}
+	}
+	t.Logf("events pruned inside an open incident in %d of %d dense seeds", prunedInside, denseIterations)
+	if prunedInside < denseIterations*3/4 {
+		t.Fatalf("events pruned inside an open incident in only %d seeds: the dense seeds do not test it", prunedInside)
 	}
 }
 
@@ -524,10 +639,9 @@ func TestPropertyGCInvisible(t *testing.T) {
 // partition from it at random points gives identical revisions to an
 // uninterrupted run.
 func TestPropertyRoundTrip(t *testing.T) {
-	for seed := range uint64(propIterations) {
+	for seed := range uint64(propIterations + denseIterations) {
 		rng := rand.New(rand.NewPCG(seed, 5))
-		cfg := genConfig(rng)
-		recs := genEvents(rng, cfg, 1+rng.IntN(4), 20+rng.IntN(80))
+		cfg, recs := genScenario(rng, seed, 4, 20, 80)
 		recs = arrive(rng, recs, rng.Int64N(3*(cfg.DelayMs+cfg.LatenessMs+cfg.SizeMs)+1))
 		recs = append(recs, closer(cfg, recs))
 		plain := newDriver(t, cfg)

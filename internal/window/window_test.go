@@ -2,7 +2,10 @@ package window
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -585,4 +588,210 @@ func TestLoadKeyReplaces(t *testing.T) {
 	if len(revs) != 1 || revs[0].Status != Closed || revs[0].Revision != 1 {
 		t.Fatal(fmtRevisions(revs))
 	}
+}
+
+// TestLongIncidentBoundedState: a machine that vibrates continuously keeps
+// one incident open for hours (one qualifying event every 20 s for 12 h;
+// every three consecutive events span 40 s <= S, so all spans chain).
+// Pruning inside the open incident keeps the key at about
+// (D + L + S)/interval + N events however long the incident lasts, the
+// incident still counts every event, and the revisions are identical to a
+// run that never prunes, and to one that sweeps, persists and restores at
+// random points. A few events arrive late or twice.
+func TestLongIncidentBoundedState(t *testing.T) {
+	cfg := vibration()
+	const interval = 20 * sec
+	const n = 12 * 3600 * sec / interval
+	var recs []rec
+	for i := int64(0); i < n; i++ {
+		recs = append(recs, qev("m1", fmt.Sprintf("e%05d", i), i*interval))
+		recs[len(recs)-1].ev.Offset = int64(len(recs))
+		if i%97 == 5 {
+			recs = append(recs, recs[len(recs)-1]) // a redelivery
+		}
+	}
+	for i := 10; i+1 < len(recs); i += 53 {
+		recs[i], recs[i+1] = recs[i+1], recs[i] // 20 s late, applied
+	}
+	closer := fev("m9", "f", n*interval+30*minute)
+	recs = append(recs, closer)
+
+	never := newDriver(t, cfg)
+	never.setKeepAll(true)
+	never.run(recs)
+
+	d := newDriver(t, cfg)
+	ck := newChecker(t, cfg)
+	maxEvents, maxBytes, maxPruned := 0, 0, 0
+	for _, r := range recs {
+		p := d.p
+		res := d.step(r)
+		ck.observe(p, r, res)
+		if r == closer {
+			break
+		}
+		ks := d.p.keys["m1"]
+		if len(ks.open) != 1 && len(d.revs) > 0 {
+			t.Fatalf("at %s: %d open incidents, want one all along", fmtTS(r.ev.TS), len(ks.open))
+		}
+		if len(ks.open) == 0 {
+			continue
+		}
+		maxEvents = max(maxEvents, d.p.Stats().Events)
+		maxBytes = max(maxBytes, len(d.p.EncodeKey("m1")))
+		maxPruned = max(maxPruned, ks.open[0].pruned)
+	}
+	bound := int((cfg.DelayMs+cfg.LatenessMs+cfg.SizeMs)/interval) + cfg.Threshold
+	t.Logf("%d events in one incident: at most %d kept (bound %d), %d bytes encoded; never pruning: %d kept",
+		n, maxEvents, bound, maxBytes, never.p.Stats().Events)
+	if maxEvents > bound || maxPruned < int(n)-bound {
+		t.Fatalf("kept up to %d events (bound %d), pruned up to %d of %d", maxEvents, bound, maxPruned, n)
+	}
+
+	if !reflect.DeepEqual(d.revs, never.revs) || !reflect.DeepEqual(d.outs, never.outs) {
+		t.Fatalf("pruning inside the open incident changed the output:\n%s\n%s", fmtRevisions(never.revs), fmtRevisions(d.revs))
+	}
+	restored := newDriver(t, cfg)
+	restored.rnd, restored.sweep, restored.flush, restored.restore = rand.New(rand.NewPCG(1, 1)).Float64, 0.3, 0.3, 0.05
+	restored.run(recs)
+	if !reflect.DeepEqual(restored.revs, never.revs) || !reflect.DeepEqual(restored.outs, never.outs) {
+		t.Fatalf("sweeping and restoring changed the output:\n%s\n%s", fmtRevisions(never.revs), fmtRevisions(restored.revs))
+	}
+	wantRevs(t, d.revs,
+		"open    m1/e00000 r0 start=0:00:00 end=0:00:40 count=3 evidence=[e00000@0:00:00 e00001@0:00:20 e00002@0:00:40] wm=-0:00:10",
+		"closed  m1/e00000 r1 start=0:00:00 end=11:59:40 count=2160 evidence=[e00000@0:00:00 e00001@0:00:20 e00002@0:00:40] wm=12:29:30")
+}
+
+// TestMergeIntoPrunedIncident: a late event chains an incident that has
+// been open for an hour (its first events, evidence included, are pruned)
+// with a young one. The survivor keeps its stored evidence, and its count
+// is its pruned events plus the kept events of the union.
+func TestMergeIntoPrunedIncident(t *testing.T) {
+	cfg := vibration()
+	var recs []rec
+	for i := int64(0); i <= 180; i++ { // A: [0:00, 1:00:00], 181 events
+		recs = append(recs, qev("m1", fmt.Sprintf("a%03d", i), i*20*sec))
+	}
+	for i := int64(0); i < 5; i++ { // B: [1:02:30, 1:03:50] after a 150 s gap
+		recs = append(recs, qev("m1", fmt.Sprintf("b%d", i), 3750*sec+i*20*sec))
+	}
+	// x at 1:01:15: (a179, a180, x) spans 95 s and touches A; (x, b0, b1)
+	// spans 95 s and touches B.
+	x := qev("m1", "x", 3675*sec)
+	closer := fev("m9", "f", 2*3600*sec)
+
+	never := newDriver(t, cfg)
+	never.setKeepAll(true)
+	never.run(append(slices.Clone(recs), x, closer))
+
+	d := newDriver(t, cfg)
+	ck := newChecker(t, cfg)
+	for _, r := range recs {
+		p := d.p
+		ck.observe(p, r, d.step(r))
+	}
+	d.reload() // the pruned counter goes through the encoding
+	a := d.p.keys["m1"].open[0]
+	if a.pruned == 0 || d.p.keys["m1"].events[0].TS <= a.evidence[2].TS {
+		t.Fatalf("A's evidence is still kept (pruned %d): the test proves nothing", a.pruned)
+	}
+	for _, r := range []rec{x, closer} {
+		p := d.p
+		ck.observe(p, r, d.step(r))
+	}
+	wantRevs(t, d.revs[len(d.revs)-3:],
+		"updated m1/a000 r1 start=0:00:00 end=1:03:50 count=187 evidence=[a000@0:00:00 a001@0:00:20 a002@0:00:40] wm=1:03:20 late",
+		"merged  m1/b0 r1 into=m1/a000 start=1:02:30 end=1:03:50 count=5 evidence=[b0@1:02:30 b1@1:02:50 b2@1:03:10] wm=1:03:20 late",
+		"closed  m1/a000 r2 start=0:00:00 end=1:03:50 count=187 evidence=[a000@0:00:00 a001@0:00:20 a002@0:00:40] wm=1:59:30")
+	if !reflect.DeepEqual(d.revs, never.revs) {
+		t.Fatalf("pruning changed the output:\n%s\n%s", fmtRevisions(never.revs), fmtRevisions(d.revs))
+	}
+}
+
+// TestLoadKeyPrunedIncident: an incident whose first events (and some or
+// all of its evidence) were pruned round-trips, and LoadKey rejects the
+// inconsistencies that can still be detected without the pruned events.
+func TestLoadKeyPrunedIncident(t *testing.T) {
+	cfg := vibration()
+	build := func(last int64) []byte {
+		p := mustPartition(t, cfg)
+		for i := int64(0); i <= last; i++ {
+			p.Process(qev("m1", fmt.Sprintf("e%03d", i), i*20*sec).ev, true)
+		}
+		p.Sweep()
+		return p.EncodeKey("m1")
+	}
+	// Events every 20 s up to 12:40: W = 12:10, W - L - S = 0:10, so e000
+	// is pruned and the evidence continues into the kept events (j = 1).
+	partial := build(38)
+	// Up to 1:00:00: W - L - S = 0:47:30, the whole evidence and 140 more
+	// events are pruned (j = N).
+	whole := build(180)
+	// Up to 0:10:00: nothing pruned.
+	fresh := build(30)
+
+	load := func(data []byte) (*Partition, error) {
+		q := mustPartition(t, cfg)
+		return q, q.LoadKey("m1", data)
+	}
+	for name, tc := range map[string]struct {
+		data   []byte
+		pruned int
+	}{"partial": {partial, 1}, "whole": {whole, 143}, "fresh": {fresh, 0}} {
+		q, err := load(tc.data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if inc := q.keys["m1"].open[0]; inc.pruned != tc.pruned || inc.count != inc.pruned+len(q.keys["m1"].events) {
+			t.Fatalf("%s: pruned %d count %d with %d kept, want pruned %d", name, inc.pruned, inc.count, len(q.keys["m1"].events), tc.pruned)
+		}
+	}
+
+	corrupt := func(name string, data []byte, mut func(ks *keyState, inc *incident)) {
+		t.Helper()
+		q, err := load(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks := q.keys["m1"]
+		inc := ks.open[0]
+		inc.evidence = slices.Clone(inc.evidence)
+		mut(ks, inc)
+		q2, err := load(q.EncodeKey("m1"))
+		if !errors.Is(err, ErrCorrupt) || q2.Stats() != (Stats{}) {
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
+		}
+	}
+	for _, data := range [][]byte{partial, whole} {
+		corrupt("pruned+1", data, func(ks *keyState, inc *incident) { inc.pruned++ })
+		corrupt("count+1", data, func(ks *keyState, inc *incident) { inc.count++ })
+		corrupt("pruned > count", data, func(ks *keyState, inc *incident) { inc.pruned = inc.count + 1 })
+		corrupt("pruned evidence not counted", data, func(ks *keyState, inc *incident) { inc.count -= inc.pruned; inc.pruned = 0 })
+		corrupt("last event dropped", data, func(ks *keyState, inc *incident) {
+			ks.events = ks.events[:len(ks.events)-1]
+			inc.count--
+		})
+		corrupt("evidence out of order", data, func(ks *keyState, inc *incident) {
+			inc.evidence[0], inc.evidence[1] = inc.evidence[1], inc.evidence[0]
+		})
+		corrupt("evidence spans more than S", data, func(ks *keyState, inc *incident) { inc.evidence[2].TS += 2 * minute })
+		corrupt("start is not the evidence's", data, func(ks *keyState, inc *incident) { inc.start-- })
+	}
+	// (Dropping it and counting it as pruned is a valid state: the one a
+	// later prune would leave.)
+	corrupt("kept evidence event dropped", partial, func(ks *keyState, inc *incident) {
+		ks.events = ks.events[1:]
+		inc.count--
+	})
+	corrupt("kept evidence differs", partial, func(ks *keyState, inc *incident) { inc.evidence[1].Value++ })
+	corrupt("pruning did not cut by ts", partial, func(ks *keyState, inc *incident) {
+		inc.evidence[0].TS = ks.events[0].TS
+		inc.start = ks.events[0].TS
+	})
+	corrupt("pruned events before a kept evidence", fresh, func(ks *keyState, inc *incident) {
+		inc.pruned++
+		inc.count++
+	})
+	corrupt("evidence not the kept events", fresh, func(ks *keyState, inc *incident) { inc.evidence[2].SensorID = "other" })
+	corrupt("count", fresh, func(ks *keyState, inc *incident) { inc.count-- })
 }
