@@ -26,6 +26,7 @@ func demoCmd() *cobra.Command {
 		minutes  int
 		machines int
 		verbose  bool
+		httpAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -36,16 +37,17 @@ late, duplicated, out-of-order and poison events, and the processor with the
 vibration rule, then prints every alert revision with its evidence as it is
 committed, and a summary of where every input record went.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), minutes, machines, verbose)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), minutes, machines, verbose, httpAddr)
 		},
 	}
 	cmd.Flags().IntVar(&minutes, "minutes", 15, "simulated minutes of production")
 	cmd.Flags().IntVar(&machines, "machines", 8, "simulated machines (2 sensors each)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "print the processor's logs")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "serve the status page, /metrics, /healthz and /readyz here (e.g. 127.0.0.1:9100)")
 	return cmd
 }
 
-func runDemo(ctx context.Context, out io.Writer, minutes, machines int, verbose bool) error {
+func runDemo(ctx context.Context, out io.Writer, minutes, machines int, verbose bool, httpAddr string) error {
 	if minutes < 1 || machines < 1 {
 		return usageError{fmt.Errorf("--minutes and --machines must be >= 1 (got %d, %d)", minutes, machines)}
 	}
@@ -65,6 +67,7 @@ func runDemo(ctx context.Context, out io.Writer, minutes, machines int, verbose 
 	cfg.Brokers = cluster.ListenAddrs()
 	cfg.InstanceID = "demo-0"
 	cfg.StateDir = stateDir
+	cfg.MetricsAddr = httpAddr
 	logLevel := slog.LevelWarn
 	if verbose {
 		logLevel = slog.LevelInfo

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -17,6 +19,7 @@ import (
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
 	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/status"
 )
 
 // Exit codes.
@@ -40,6 +43,9 @@ func execute(args []string) int {
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go hardStop(ctx, done)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -50,6 +56,33 @@ func execute(args []string) int {
 		return exitUsage
 	}
 	return exitFailed
+}
+
+// shutdownGrace bounds the soft shutdown (commit the open batch, leave).
+const shutdownGrace = 30 * time.Second
+
+// hardStop is the second phase of shutdown: after the first SIGINT/SIGTERM
+// the processor commits its open batch and leaves the group; a second signal,
+// or shutdownGrace without finishing, exits at once. The open transaction is
+// then aborted by the broker (fenced by the next incarnation, or timed out).
+func hardStop(ctx context.Context, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	second := make(chan os.Signal, 1)
+	signal.Notify(second, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(second)
+	select {
+	case <-done:
+	case <-second:
+		fmt.Fprintln(os.Stderr, "processor: second signal: exiting without committing (the open transaction aborts)")
+		os.Exit(exitFailed)
+	case <-time.After(shutdownGrace):
+		fmt.Fprintf(os.Stderr, "processor: clean shutdown did not finish within %s: exiting (the open transaction aborts)\n", shutdownGrace)
+		os.Exit(exitFailed)
+	}
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
@@ -114,7 +147,8 @@ func runProcessor(ctx context.Context, cfg config.Config, logger *slog.Logger, o
 	g, gctx := errgroup.WithContext(ctx)
 	procCtx, stopServer := context.WithCancel(gctx)
 	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return met.Serve(procCtx, cfg.MetricsAddr, reg, logger) })
+		pages := map[string]http.Handler{"/": status.Handler(proc, time.Now)}
+		g.Go(func() error { return met.Serve(procCtx, cfg.MetricsAddr, reg, logger, pages) })
 	}
 	g.Go(func() error {
 		defer stopServer()

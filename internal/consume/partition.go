@@ -3,6 +3,7 @@ package consume
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -38,6 +39,9 @@ type part struct {
 	win    *window.Partition
 	target int64 // committed changelog position (next offset)
 	acct   pipeline.Accounting
+
+	endOffset  int64     // last stable offset at the last fetch
+	lastRecord time.Time // record timestamp of the last record consumed
 
 	// Of the open batch:
 	touched   bool

@@ -9,10 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/metrics"
@@ -65,6 +68,13 @@ type Processor struct {
 	batch       []*part
 	batchAlerts map[string]int
 	batchDLQ    map[string]int
+	batchVals   [][]byte    // alert values of the batch, for the status page
+	batchTS     []time.Time // record timestamps of the records that caused alerts
+
+	board     statusBoard
+	diskBytes atomic.Int64
+	diskAt    time.Time
+	kprom     *kprom.Metrics
 }
 
 // New builds a processor for cfg. It does not contact Kafka; Run does.
@@ -82,7 +92,7 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
-	return &Processor{
+	p := &Processor{
 		cfg:     cfg,
 		log:     o.Logger,
 		met:     o.Metrics,
@@ -98,7 +108,17 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 
 		batchAlerts: map[string]int{},
 		batchDLQ:    map[string]int{},
-	}, nil
+	}
+	if err := o.Metrics.Register(newCollector(p)); err != nil {
+		return nil, err
+	}
+	if err := o.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "processor_state_disk_bytes", Help: "Disk space of the local Pebble store (updated at most every 5s).",
+	}, func() float64 { return float64(p.diskBytes.Load()) })); err != nil {
+		return nil, err
+	}
+	p.kprom = kprom.NewMetrics("processor_kafka", kprom.Registerer(o.Metrics.Registerer()))
+	return p, nil
 }
 
 // StateDir is where the rule's local store lives: one directory per rule id
@@ -124,6 +144,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	p.restore = &changelogReader{topic: p.cl, opts: p.baseOpts()}
 
 	opts := append(p.baseOpts(),
+		kgo.WithHooks(p.kprom),
 		kgo.ConsumerGroup(p.cfg.GroupID),
 		kgo.ConsumeTopics(p.input),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -156,7 +177,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		"mode", p.cfg.Mode, "topic", p.input, "changelog", p.cl, "rule", p.cfg.Rule.ID, "rule_version", p.cfg.Rule.Version)
 	err = p.loop(ctx)
 	p.sess.Close()
-	p.met.SetReady(false)
+	p.setReady(false)
 	return err
 }
 
@@ -246,9 +267,11 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 			pt.touched = true
 			p.batch = append(p.batch, pt)
 		}
+		pt.endOffset = fp.LastStableOffset
 		for _, r := range fp.Records {
 			p.handle(ctx, pt, r)
 		}
+		pt.lastRecord = fp.Records[len(fp.Records)-1].Timestamp
 	})
 	return err
 }
@@ -272,6 +295,8 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 		case pipeline.Alert:
 			rec.Topic = p.cfg.Topics.Alerts
 			p.batchAlerts[o.Status]++
+			p.batchVals = append(p.batchVals, o.Value)
+			p.batchTS = append(p.batchTS, r.Timestamp)
 		case pipeline.DeadLetter:
 			rec.Topic = p.cfg.Topics.DLQ
 			p.batchDLQ[o.Reason]++
@@ -365,8 +390,31 @@ func (p *Processor) commit(ctx context.Context) error {
 		if w := pt.win.Watermark(); w != window.NoWatermark {
 			p.met.Watermark.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(w) / 1000)
 		}
-		p.met.StateKeys.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(pt.win.Stats().Keys))
+		st := pt.win.Stats()
+		p.met.StateKeys.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(st.Keys))
+		p.board.update(pt.id, func(ps *PartitionStatus) {
+			ps.CommittedOffset = pt.acct.NextOffset
+			ps.EndOffset = max(pt.endOffset, ps.EndOffset)
+			ps.Lag = ps.EndOffset - ps.CommittedOffset
+			ps.Watermark = pt.win.Watermark()
+			ps.LastRecord = pt.lastRecord
+			ps.Keys, ps.Events, ps.OpenIncidents = st.Keys, st.Events, st.OpenIncidents
+			ps.ChangelogNext = pt.target
+		})
 	}
+	now := p.now()
+	if now.Sub(p.diskAt) > 5*time.Second {
+		p.diskBytes.Store(int64(p.store.Stats().DiskBytes))
+		p.diskAt = now
+	}
+	for _, ts := range p.batchTS {
+		p.met.AlertLatency.Observe(now.Sub(ts).Seconds())
+	}
+	p.board.addAlerts(p.batchVals)
+	p.board.mu.Lock()
+	p.board.cmts++
+	p.board.mu.Unlock()
+	p.batchVals, p.batchTS = p.batchVals[:0], p.batchTS[:0]
 	p.batch = p.batch[:0]
 	for status, n := range p.batchAlerts {
 		p.met.Alerts.WithLabelValues(status).Add(float64(n))
@@ -426,6 +474,10 @@ func (p *Processor) reloadAll() error {
 	p.batch = p.batch[:0]
 	clear(p.batchAlerts)
 	clear(p.batchDLQ)
+	p.batchVals, p.batchTS = p.batchVals[:0], p.batchTS[:0]
+	p.board.mu.Lock()
+	p.board.aborts++
+	p.board.mu.Unlock()
 	return nil
 }
 
@@ -443,7 +495,7 @@ func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 		p.fresh[id] = true
 	}
 	p.met.Rebalances.WithLabelValues("assigned").Inc()
-	p.met.SetReady(false)
+	p.setReady(false)
 	p.log.Info("consume: partitions assigned", "topic", p.input, "partitions", assigned[p.input])
 }
 
@@ -460,6 +512,7 @@ func (p *Processor) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 }
 
 func (p *Processor) drop(ids []int32) {
+	p.board.remove(ids)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range ids {
@@ -526,30 +579,22 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			target, fromScratch = end, true
 		}
 		start := p.now()
-		if fromScratch {
-			if err := p.store.Drop(id); err != nil {
-				return err
-			}
-			b := p.store.NewBatch()
-			if err := b.SetCheckpoint(id, target); err != nil {
-				return err
-			}
-			if err := b.Commit(); err != nil {
-				return err
-			}
-		} else {
-			st, err := p.store.Restore(ctx, id, target, p.restore)
-			if err != nil {
-				return err
-			}
-			p.met.RestoredRecords.Add(float64(st.Records))
-			p.log.Info("consume: partition restored", "partition", id, "from", st.From, "to", st.To,
-				"records", st.Records, "full", st.Full, "duration", p.now().Sub(start))
+		p.board.update(id, func(ps *PartitionStatus) { ps.Restore = "restoring" })
+		if err := p.restorePartition(ctx, id, target, fromScratch); err != nil {
+			return err
 		}
 		pt, err := loadPart(p.store, p.stage, id)
 		if err != nil {
 			return err
 		}
+		st := pt.win.Stats()
+		p.board.update(id, func(ps *PartitionStatus) {
+			ps.Restore = fmt.Sprintf("restored to changelog offset %d in %s", target, p.now().Sub(start).Round(time.Millisecond))
+			ps.CommittedOffset = max(co.offset, 0)
+			ps.Watermark = pt.win.Watermark()
+			ps.Keys, ps.Events, ps.OpenIncidents = st.Keys, st.Events, st.OpenIncidents
+			ps.ChangelogNext = target
+		})
 		p.met.Restores.Inc()
 		p.met.RestoreSeconds.Observe(p.now().Sub(start).Seconds())
 		p.mu.Lock()
@@ -559,8 +604,43 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		}
 		p.mu.Unlock()
 	}
-	p.met.SetReady(true)
+	p.setReady(true)
 	return nil
+}
+
+// restorePartition brings partition id's local state to the changelog
+// position target: from scratch (empty state at target), or by reading the
+// changelog from the local checkpoint.
+func (p *Processor) restorePartition(ctx context.Context, id int32, target int64, fromScratch bool) error {
+	p.met.Restoring.Inc()
+	defer p.met.Restoring.Dec()
+	start := p.now()
+	if fromScratch {
+		if err := p.store.Drop(id); err != nil {
+			return err
+		}
+		b := p.store.NewBatch()
+		if err := b.SetCheckpoint(id, target); err != nil {
+			b.Discard()
+			return err
+		}
+		return b.Commit()
+	}
+	st, err := p.store.Restore(ctx, id, target, p.restore)
+	if err != nil {
+		return err
+	}
+	p.met.RestoredRecords.Add(float64(st.Records))
+	p.log.Info("consume: partition restored", "partition", id, "from", st.From, "to", st.To,
+		"records", st.Records, "full", st.Full, "duration", p.now().Sub(start))
+	return nil
+}
+
+func (p *Processor) setReady(ok bool) {
+	p.met.SetReady(ok)
+	p.board.mu.Lock()
+	p.board.ready = ok
+	p.board.mu.Unlock()
 }
 
 // partitioner sends changelog records to the partition they name and keys

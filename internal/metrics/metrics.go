@@ -39,7 +39,13 @@ type Metrics struct {
 	StateKeys *prometheus.GaugeVec
 	// Rebalances counts assignment changes by kind (assigned, revoked, lost).
 	Rebalances *prometheus.CounterVec
+	// AlertLatency is the time from the append of the input record that
+	// caused an alert revision to the commit of that revision.
+	AlertLatency prometheus.Histogram
+	// Restoring is the number of partitions being restored right now.
+	Restoring prometheus.Gauge
 
+	reg   prometheus.Registerer
 	ready atomic.Bool
 }
 
@@ -81,9 +87,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "processor_rebalance_total", Help: "Partition assignment changes by kind.",
 		}, []string{"kind"}),
+		AlertLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "processor_alert_latency_seconds", Help: "Input record append (record timestamp) to alert revision commit.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
+		Restoring: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "processor_restore_in_progress", Help: "Partitions being restored from the changelog now.",
+		}),
+		reg: reg,
 	}
 	for _, c := range []prometheus.Collector{m.Records, m.DeadLetters, m.Alerts, m.Transactions, m.CommitSeconds,
-		m.Watermark, m.Restores, m.RestoreSeconds, m.RestoredRecords, m.StateKeys, m.Rebalances} {
+		m.Watermark, m.Restores, m.RestoreSeconds, m.RestoredRecords, m.StateKeys, m.Rebalances, m.AlertLatency, m.Restoring} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -91,12 +105,27 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// Registerer is the registry the collectors are on (for client plugins).
+func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
+
+// Register adds a component's own collector to the same registry.
+func (m *Metrics) Register(c prometheus.Collector) error {
+	if err := m.reg.Register(c); err != nil {
+		return fmt.Errorf("metrics: register: %w", err)
+	}
+	return nil
+}
+
 // SetReady marks the processor ready (assigned partitions restored and consuming).
 func (m *Metrics) SetReady(ok bool) { m.ready.Store(ok) }
 
-// Serve exposes /metrics, /healthz and /readyz on addr until ctx ends.
-func (m *Metrics) Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger) error {
+// Serve exposes /metrics, /healthz and /readyz on addr until ctx ends;
+// extra maps further paths to handlers (the status page at "/").
+func (m *Metrics) Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger, extra map[string]http.Handler) error {
 	mux := http.NewServeMux()
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

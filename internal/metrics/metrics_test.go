@@ -31,7 +31,7 @@ func TestServe(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.Serve(ctx, addr, reg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() { done <- m.Serve(ctx, addr, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil) }()
 	get := func(path string) (int, string) {
 		for i := 0; i < 50; i++ {
 			resp, err := http.Get("http://" + addr + path)
