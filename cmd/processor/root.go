@@ -39,7 +39,7 @@ func execute(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd(), reconcileCmd())
+	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd(), reconcileCmd(), replayCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,196 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/reconcile"
+	"github.com/vibeline/processor/internal/sim"
+)
+
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startProcessor(t *testing.T, cfg config.Config) *running {
+	t.Helper()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := consume.New(cfg, consume.Options{Metrics: met, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(ctx) }()
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitCommitted(t *testing.T, cfg config.Config, n int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		offs, err := adm.FetchOffsets(context.Background(), cfg.GroupID)
+		var sum int64
+		if err == nil {
+			offs.Each(func(o kadm.OffsetResponse) { sum += o.At })
+		}
+		if sum == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("group %s did not commit %d records in time", cfg.GroupID, n)
+}
+
+func TestReplayIntoNewVersion(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v1 := config.Default()
+	v1.Brokers = c.ListenAddrs()
+	v1.StateDir = t.TempDir()
+	v1.InstanceID = "r"
+	v1.SessionTimeout = 2 * time.Second
+	v1.CommitInterval = 20 * time.Millisecond
+
+	o := sim.Demo()
+	o.Machines = 10
+	o.EpisodeRate = 0.05
+	line := sim.New(o)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(v1.Brokers...), kgo.DefaultProduceTopic(v1.Topics.Input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const n = 6000
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		r := line.Next()
+		recs = append(recs, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+	}
+	if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcessor(t, v1)
+	waitCommitted(t, v1, n)
+
+	v2 := v1
+	v2.Rule.Version = 2
+	v2.Rule.Threshold = 4 // the rule change
+
+	// Refused while the group has a live member.
+	if _, err := Run(context.Background(), Options{Config: v2}); !errors.Is(err, ErrLiveMembers) || !strings.Contains(err.Error(), "r (client") {
+		t.Fatalf("replay with a live member: %v", err)
+	}
+	p.stop(t)
+	// A stopped static member expires after the session timeout.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := Run(context.Background(), Options{Config: v2, DryRun: true})
+		if !errors.Is(err, ErrLiveMembers) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member did not expire: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Refused for a version that already has state.
+	if _, err := Run(context.Background(), Options{Config: v1}); !errors.Is(err, ErrStateExists) {
+		t.Fatalf("replay into v1 (has state): %v", err)
+	}
+	// Dry run changes nothing.
+	plan, err := Run(context.Background(), Options{Config: v2, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Applied || len(plan.Moves) != 3 || plan.Moves[0].To != 0 || plan.Moves[0].From <= 0 {
+		t.Fatalf("dry-run plan: %+v", plan)
+	}
+	t.Log("\n" + plan.String())
+	plan, err = Run(context.Background(), Options{Config: v2})
+	if err != nil || !plan.Applied {
+		t.Fatalf("replay: %+v %v", plan, err)
+	}
+
+	// v2 reprocesses everything on fresh state, and its outputs are a
+	// correct v2 computation (reconcile recomputes them).
+	p = startProcessor(t, v2)
+	waitCommitted(t, v2, n)
+	p.stop(t)
+	rep, err := reconcile.Run(context.Background(), reconcile.Options{Config: v2, Recompute: false, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The alerts topic holds both versions: reconcile v2 over v2's alerts only.
+	var v1n, v2n int
+	all, err := reconcile.ReadCommitted(context.Background(), v2.Brokers, v2.Topics.Alerts, 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		a, err := alerts.Decode(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch a.RuleVersion {
+		case 1:
+			v1n++
+		case 2:
+			v2n++
+			if len(a.Evidence) != 4 {
+				t.Fatalf("v2 alert with %d evidence samples", len(a.Evidence))
+			}
+		}
+	}
+	if v1n == 0 || v2n == 0 {
+		t.Fatalf("alerts: %d of v1, %d of v2", v1n, v2n)
+	}
+	for p, a := range rep.Partitions {
+		if !a.Balanced() || a.Records == 0 {
+			t.Errorf("v2 partition %d accounting %+v", p, a)
+		}
+	}
+	var total int64
+	for _, a := range rep.Partitions {
+		total += a.Records
+	}
+	if total != n {
+		t.Fatalf("v2 accounted %d records, want all %d", total, n)
+	}
+}
