@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -289,12 +290,17 @@ func (s *Store) Restore(ctx context.Context, p int32, target int64, r ChangelogR
 		}
 	}()
 	if from < target {
+		began := time.Now()
 		err := r.Read(ctx, p, from, target, func(rec ChangelogRecord) error {
 			if err := b.Put(p, rec.Key, rec.Value); err != nil {
 				return err
 			}
 			st.Records++
 			if st.Records%restoreBatchRecords == 0 {
+				el := time.Since(began).Seconds()
+				s.logger.Info("state: restoring", "partition", p,
+					"percent", fmt.Sprintf("%.1f", 100*float64(rec.Offset+1-from)/float64(target-from)),
+					"records", st.Records, "records_per_s", int(float64(st.Records)/max(el, 1e-3)))
 				if err := b.SetCheckpoint(p, rec.Offset+1); err != nil {
 					return err
 				}
