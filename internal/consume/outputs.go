@@ -110,7 +110,35 @@ func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, 
 		}
 		log.Info("consume: created topic", "topic", name, "partitions", parts)
 	}
-	return nil
+	// A created topic is usable once every partition has a leader in the
+	// metadata; until then restores and produces would fail.
+	for {
+		ready, err := adm.ListTopics(rctx, names...)
+		if err != nil {
+			return fmt.Errorf("list topics: %w", err)
+		}
+		missing := ""
+		for _, name := range names {
+			td, ok := ready[name]
+			if !ok || td.Err != nil || int32(len(td.Partitions)) != parts {
+				missing = name
+				break
+			}
+			for _, pd := range td.Partitions {
+				if pd.Err != nil || pd.Leader < 0 {
+					missing = name
+				}
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		select {
+		case <-rctx.Done():
+			return fmt.Errorf("topic %s has no leader for every partition yet: %w", missing, rctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // changelogReader reads committed changelog records for restores, with a
@@ -177,8 +205,11 @@ func (c *changelogReader) end(ctx context.Context, p int32) (int64, error) {
 		return 0, fmt.Errorf("consume: changelog end offsets: %w", err)
 	}
 	o, ok := ends.Lookup(c.topic, p)
-	if !ok || o.Err != nil {
-		return 0, fmt.Errorf("consume: changelog %s/%d end offset: %v", c.topic, p, o.Err)
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("consume: changelog %s has no partition %d in the metadata (partition counts must match the input)", c.topic, p)
+	case o.Err != nil:
+		return 0, fmt.Errorf("consume: changelog %s/%d end offset: %w", c.topic, p, o.Err)
 	}
 	return o.Offset, nil
 }

@@ -41,8 +41,12 @@ type crasher struct {
 	stateDir  string
 	wipeState bool // delete the state directory before each restart
 	rng       *rand.Rand
-	kills     atomic.Int64
-	behind    int // kills while the group had uncommitted input in hand
+	kills     int
+	// midStream counts the kills that landed while the input was being
+	// written (at least one record written, the producer still running):
+	// the producer goes on until there are enough of them.
+	midStream atomic.Int64
+	behind    int // kills while the group had input in hand, not committed
 }
 
 func newCrasher(t *testing.T, d *deployment, instance string, wipe bool) *crasher {
@@ -70,13 +74,17 @@ func (c *crasher) run(t *testing.T, pr *producer) *proc {
 			break
 		}
 		inHand := behind(adm, c.d.group, c.d.input)
+		sent := pr.sent.Load()
 		p.kill(t, c.d)
-		n := c.kills.Add(1)
+		c.kills++
+		if sent > 0 && pr.running() {
+			c.midStream.Add(1)
+		}
 		if inHand {
 			c.behind++
 		}
 		t.Logf("kill %d: SIGKILL %s after %v (input written so far: %d records; group behind the input: %v)",
-			n, p.name, time.Since(p.started).Round(time.Millisecond), pr.sent.Load(), inHand)
+			c.kills, p.name, time.Since(p.started).Round(time.Millisecond), sent, inHand)
 		if c.wipeState {
 			if err := os.RemoveAll(c.stateDir); err != nil {
 				t.Fatalf("delete state directory: %v", err)
@@ -97,7 +105,7 @@ func TestCrashEquivalence(t *testing.T) {
 	t.Parallel()
 	const minRecords, minKills = 50_000, 5
 	seeds := harness.Bootstrap(t)
-	input := harness.NewTopic(t, seeds, harness.UniqueName("e2e-crash.in"), inputPartitions, nil)
+	input := newInput(t, seeds, "e2e-crash.in", inputPartitions)
 	rule := config.Default().Rule
 	clean := newDeployment(t, seeds, input, "clean", rule)
 	crash := newDeployment(t, seeds, input, "crash", rule)
@@ -105,11 +113,11 @@ func TestCrashEquivalence(t *testing.T) {
 
 	start := time.Now()
 	cleanProc := clean.start("c0", clean.stateDir("c0"))
-	pr := produceStream(t, seeds, input, sim.New(streamOptions(24, 11)), produceRate, minRecords, 3*minRecords,
-		func(int) bool { return c.kills.Load() < minKills })
+	pr := produceStream(t, seeds, input, sim.New(streamOptions(11)), produceRate, minRecords, 5*minRecords,
+		func(int) bool { return c.midStream.Load() < minKills })
 	crashProc := c.run(t, pr)
 	sent := pr.wait(t)
-	t.Logf("input: %d records written in %v; %d kills", sent, time.Since(start).Round(time.Millisecond), c.kills.Load())
+	t.Logf("input: %d records written in %v; %d kills", sent, time.Since(start).Round(time.Millisecond), c.kills)
 
 	log, ends := readLog(t, seeds, input)
 	want, wantAcct := reference(t, crash, log)
@@ -122,7 +130,7 @@ func TestCrashEquivalence(t *testing.T) {
 	cleanProc.stop(t, clean)
 	crashProc.stop(t, crash)
 
-	gotClean, gotCrash := readCommitted(t, clean), readCommitted(t, crash)
+	gotClean, gotCrash := readOutputs(t, clean), readOutputs(t, crash)
 	t.Logf("clean run: %s", gotClean.summary())
 	t.Logf("crash run: %s", gotCrash.summary())
 	checkCommitted(t, clean, gotClean, want, wantAcct, log, ends)
@@ -130,11 +138,13 @@ func TestCrashEquivalence(t *testing.T) {
 	if diff := pipeline.Diff(gotClean.outputs, gotCrash.outputs); diff != "" {
 		t.Errorf("the crash run committed other records than the clean run:\n%s", diff)
 	}
-	kills := c.kills.Load()
-	t.Logf("crash run: %d SIGKILLs (%d with committed offsets behind the input), %d aborted batches logged",
-		kills, c.behind, crash.countLogLines("batch aborted"))
-	if kills < minKills {
-		t.Errorf("%d kills, want at least %d", kills, minKills)
+	t.Logf("crash run: %d SIGKILLs, %d while the input was being written, %d with committed offsets behind the input; %d records of aborted transactions in its output and changelog topics (the clean run's: %d)",
+		c.kills, c.midStream.Load(), c.behind, gotCrash.aborted(t, crash), gotClean.aborted(t, clean))
+	if n := c.midStream.Load(); n < minKills {
+		t.Errorf("%d kills while the input was being written, want at least %d", n, minKills)
+	}
+	for _, l := range clean.notable(10) {
+		t.Logf("clean run log: %s", l)
 	}
 }
 
@@ -145,12 +155,12 @@ func TestStateDirDeletedOnRestart(t *testing.T) {
 	t.Parallel()
 	const minRecords, minKills = 20_000, 3
 	seeds := harness.Bootstrap(t)
-	input := harness.NewTopic(t, seeds, harness.UniqueName("e2e-wipe.in"), inputPartitions, nil)
+	input := newInput(t, seeds, "e2e-wipe.in", inputPartitions)
 	d := newDeployment(t, seeds, input, "wipe", config.Default().Rule)
 	c := newCrasher(t, d, "w0", true)
 
-	pr := produceStream(t, seeds, input, sim.New(streamOptions(24, 12)), produceRate, minRecords, 3*minRecords,
-		func(int) bool { return c.kills.Load() < minKills })
+	pr := produceStream(t, seeds, input, sim.New(streamOptions(12)), produceRate, minRecords, 5*minRecords,
+		func(int) bool { return c.midStream.Load() < minKills })
 	p := c.run(t, pr)
 	sent := pr.wait(t)
 
@@ -161,68 +171,116 @@ func TestStateDirDeletedOnRestart(t *testing.T) {
 	waitConsumed(t, d, ends, consumeTimeout)
 	p.stop(t, d)
 
-	got := readCommitted(t, d)
+	got := readOutputs(t, d)
 	t.Logf("%s", got.summary())
 	checkCommitted(t, d, got, want, wantAcct, log, ends)
-	kills := c.kills.Load()
-	restores := d.countLogLines(`"full":true`)
-	t.Logf("%d SIGKILLs, each followed by deleting %s; %d full restores from the changelog logged", kills, c.stateDir, restores)
-	if kills < minKills {
-		t.Errorf("%d kills, want at least %d", kills, minKills)
+	restores := len(d.grep(`"full":true`, 1_000_000))
+	t.Logf("%d SIGKILLs (%d while the input was being written, %d with committed offsets behind the input), each followed by deleting %s; %d full restores from the changelog logged; %d records of aborted transactions in the output and changelog topics",
+		c.kills, c.midStream.Load(), c.behind, c.stateDir, restores, got.aborted(t, d))
+	if n := c.midStream.Load(); n < minKills {
+		t.Errorf("%d kills while the input was being written, want at least %d", n, minKills)
 	}
 }
 
 // TestTwoInstancesOneKilled: two instances (own instance ids and state
-// directories) share the group; once both own partitions and process, one
-// is SIGKILLed and never restarted. Its partitions move to the survivor
-// after the session timeout, and the survivor's offset fetch waits for the
-// dead instance's open transaction to be aborted. The committed records
-// equal the reference.
+// directories) share the group. Once both own partitions and process, one
+// (b) is SIGKILLed mid-stream. Its partitions move to the survivor (a)
+// after the session timeout; a's offset fetch waits for b's open
+// transaction, if it committed offsets, to be aborted; a processes b's
+// partitions for a while. Then b comes back with the state directory it had
+// when it was killed, stale for the partitions a processed meanwhile, and
+// the group rebalances over the two. Then a stops (SIGTERM) and b takes
+// every partition: it restores the ones it owned before from its stale
+// local state plus the changelog, the others from the changelog alone. The
+// committed records equal the reference.
 func TestTwoInstancesOneKilled(t *testing.T) {
 	t.Parallel()
-	const minRecords, afterKill = 20_000, 8_000
+	const minRecords, tailRecords = 20_000, 5_000
 	seeds := harness.Bootstrap(t)
-	input := harness.NewTopic(t, seeds, harness.UniqueName("e2e-two.in"), inputPartitions, nil)
+	input := newInput(t, seeds, "e2e-two.in", inputPartitions)
 	d := newDeployment(t, seeds, input, "two", config.Default().Rule)
 	adm := harness.NewAdmin(t, seeds)
 
-	var killedAt atomic.Int64 // records written when b was killed; 0 before
-	pr := produceStream(t, seeds, input, sim.New(streamOptions(24, 13)), produceRate, minRecords, 5*minRecords,
+	var stopAt atomic.Int64 // once > 0, the producer stops at this many records
+	pr := produceStream(t, seeds, input, sim.New(streamOptions(13)), produceRate, minRecords, 20*minRecords,
 		func(sent int) bool {
-			k := killedAt.Load()
-			return k == 0 || int64(sent) < k+afterKill
+			s := stopAt.Load()
+			return s == 0 || int64(sent) < s
 		})
 	a := d.start("a", d.stateDir("a"))
 	b := d.start("b", d.stateDir("b"))
 
-	// Both own partitions: the group balanced over the two.
-	deadline := time.Now().Add(90 * time.Second)
-	var owned map[string][]int32
-	for {
-		if p := d.failure(); p != nil {
-			t.Fatalf("%s exited on its own (%s)%s", p.name, p.status(), d.tails())
-		}
-		owned = assignments(t, adm, d.group, input)
-		if len(owned) == 2 && len(owned["a"]) > 0 && len(owned["b"]) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the group did not assign partitions to both instances within 90s: %v%s", owned, d.tails())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	owned := waitAssignment(t, d, adm, "both instances own partitions", func(m map[string][]int32) bool {
+		return len(m) == 2 && len(m["a"]) > 0 && len(m["b"]) > 0
+	})
 	t.Logf("assignment before the kill: %v", owned)
+	bParts := owned["b"]
 	// Let b process (and commit) for a while, then kill it mid-stream.
 	time.Sleep(2 * time.Second)
 	if !pr.running() {
-		t.Fatalf("the input was written completely before the kill: raise minRecords")
+		t.Fatal("the input was written completely before the kill")
 	}
 	inHand := behind(adm, d.group, input)
 	b.kill(t, d)
-	killedAt.Store(max(pr.sent.Load(), 1))
 	killed := time.Now()
-	t.Logf("SIGKILL %s (owning partitions %v) after %d records were written; group behind the input: %v",
-		b.name, owned["b"], killedAt.Load(), inHand)
+	atKill := committedOffsets(t, adm, d.group, input)
+	t.Logf("SIGKILL %s (owning partitions %v) after %d records were written; group behind the input: %v; committed offsets %v",
+		b.name, bParts, pr.sent.Load(), inHand, atKill)
+
+	// The survivor takes everything over and commits progress on b's
+	// partitions.
+	owned = waitAssignment(t, d, adm, "a owns every partition", func(m map[string][]int32) bool {
+		return len(m) == 1 && slices.Equal(m["a"], []int32{0, 1, 2})
+	})
+	t.Logf("a owns %v %v after the kill", owned["a"], time.Since(killed).Round(time.Millisecond))
+	waitFor(t, d, 60*time.Second, "a commits on b's partitions", func() bool {
+		now := committedOffsets(t, adm, d.group, input)
+		for _, p := range bParts {
+			if now[p] <= atKill[p] {
+				return false
+			}
+		}
+		return true
+	})
+	if !pr.running() {
+		t.Fatal("the input was written completely before b came back")
+	}
+
+	// b comes back with its old, stale, state directory.
+	b = d.start("b", d.stateDir("b"))
+	owned = waitAssignment(t, d, adm, "both instances own partitions again", func(m map[string][]int32) bool {
+		return len(m) == 2 && len(m["a"]) > 0 && len(m["b"]) > 0
+	})
+	t.Logf("b restarted %v after the kill; assignment %v", time.Since(killed).Round(time.Millisecond), owned)
+	if !pr.running() {
+		t.Fatal("the input was written completely before the group rebalanced over a and b again")
+	}
+
+	// a stops (SIGTERM: it commits its open batch and exits; a static
+	// member sends no LeaveGroup, so its partitions move after the session
+	// timeout): b takes every partition, among them the ones it owned
+	// before the kill, for which its local state is stale, and commits
+	// progress on each.
+	a.stop(t, d)
+	left := time.Now()
+	atLeave := committedOffsets(t, adm, d.group, input)
+	owned = waitAssignment(t, d, adm, "b owns every partition", func(m map[string][]int32) bool {
+		return len(m) == 1 && slices.Equal(m["b"], []int32{0, 1, 2})
+	})
+	waitFor(t, d, 60*time.Second, "b commits on every partition", func() bool {
+		now := committedOffsets(t, adm, d.group, input)
+		for p := range int32(inputPartitions) {
+			if now[p] <= atLeave[p] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("a stopped; b owns %v and committed on each %v later", owned["b"], time.Since(left).Round(time.Millisecond))
+	if !pr.running() {
+		t.Fatal("the input was written completely before b took every partition over")
+	}
+	stopAt.Store(pr.sent.Load() + tailRecords)
 
 	sent := pr.wait(t)
 	log, ends := readLog(t, seeds, input)
@@ -230,17 +288,62 @@ func TestTwoInstancesOneKilled(t *testing.T) {
 	requireMeaningful(t, want, log, inputPartitions)
 	t.Logf("input: %d records written, %s", sent, logSizes(log))
 	waitConsumed(t, d, ends, consumeTimeout)
-	t.Logf("the survivor committed the whole input %v after the kill", time.Since(killed).Round(time.Millisecond))
-
-	owned = assignments(t, adm, d.group, input)
-	if !slices.Equal(owned["a"], []int32{0, 1, 2}) || len(owned) != 1 {
-		t.Errorf("after the kill the group's assignment is %v, want a owning [0 1 2]", owned)
+	b.stop(t, d)
+	for _, l := range d.grep(`partition restored`, 30) {
+		t.Logf("restore: %s", l)
 	}
-	a.stop(t, d)
 
-	got := readCommitted(t, d)
-	t.Logf("%s", got.summary())
+	got := readOutputs(t, d)
+	t.Logf("%s; %d records of aborted transactions in the output and changelog topics", got.summary(), got.aborted(t, d))
 	checkCommitted(t, d, got, want, wantAcct, log, ends)
+}
+
+// waitAssignment waits until the group's assignment satisfies ok.
+func waitAssignment(t *testing.T, d *deployment, adm *kadm.Client, what string, ok func(map[string][]int32) bool) map[string][]int32 {
+	t.Helper()
+	var m map[string][]int32
+	waitFor(t, d, 90*time.Second, what, func() bool {
+		m = assignments(t, adm, d.group, d.input)
+		return ok(m)
+	})
+	return m
+}
+
+// waitFor polls cond every 200 ms until it holds, failing the test after
+// timeout or when an instance exited on its own.
+func waitFor(t *testing.T, d *deployment, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if p := d.failure(); p != nil {
+			t.Fatalf("%s exited on its own (%s) while waiting until %s%s", p.name, p.status(), what, d.tails())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not the case within %v: %s%s", timeout, what, d.tails())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// committedOffsets returns the group's committed offsets of topic.
+func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		t.Fatalf("fetch offsets of %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
 }
 
 // assignments returns the group's members (by instance id) and the input

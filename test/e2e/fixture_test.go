@@ -43,16 +43,25 @@ type fixtureRecord struct {
 
 // TestFixture runs one instance over a hand-written input on a one-partition
 // topic and checks every committed record against expectations written out
-// here (statuses, revisions, counts, evidence, late flags, watermarks,
-// dead-letter reasons, original bytes and headers), and against the
-// reference.
+// here, and against the reference. The input holds: an incident opened by 3
+// high events within 2 minutes (one in in/s), a redelivered duplicate, a
+// high event of uncertain quality (filtered), a late-but-applied event that
+// reveals an earlier firing set (updated, late), a too-late event, one
+// poison record per dead-letter reason (decode_error, invalid_field twice,
+// schema_unknown, key_mismatch, clock_ahead), a far-later event that closes
+// the incident, an incident opened late, two incidents chained by a late
+// event (updated and merged), and a last event of another machine that
+// closes the rest. Checked: every alert revision's fields (statuses,
+// revisions, ids, start, end, count, evidence, late flags, watermarks,
+// reasons) in order, the dead letters' reasons, original keys, bytes and
+// headers, the too-late record's headers, and the accounting.
 //
 // Rule: the vibration defaults (N = 3, S = 2m, D = 30s, L = 10m, H = 1h,
 // max_future_skew = 5m, value >= 7.1 mm/s and quality good).
 func TestFixture(t *testing.T) {
 	t.Parallel()
 	seeds := harness.Bootstrap(t)
-	input := harness.NewTopic(t, seeds, harness.UniqueName("e2e-fixture.in"), 1, nil)
+	input := newInput(t, seeds, "e2e-fixture.in", 1)
 	rule := config.Default().Rule
 	d := newDeployment(t, seeds, input, "fixture", rule)
 
@@ -87,6 +96,22 @@ func TestFixture(t *testing.T) {
 		/* 15 */ {"x1", "M-3", event("x1", "M-3", "S-5", at(29*time.Minute+5*time.Second), false, "7.1", "mm/s", "good"), at(30*time.Minute + time.Second), nil},
 		/* 16 */ {"x2", "M-3", event("x2", "M-3", "S-5", at(29*time.Minute+10*time.Second), false, "7.5", "mm/s", "good"), at(30*time.Minute + 2*time.Second), nil},
 		/* 17 */ {"x3", "M-3", event("x3", "M-3", "S-6", at(29*time.Minute+20*time.Second), true, "20", "mm/s", "good"), at(30*time.Minute + 3*time.Second), nil},
+		// M-4, late but applied (W - L = t0+19m30s): incident A (a1..a3,
+		// 20m00s-20m20s) and incident B (b1..b3, 22m40s-23m00s), 2m20s
+		// apart; then c at 21m30s fires a2,a3,c (20m10s-21m30s) and
+		// c,b1,b2 (21m30s-22m50s), which touch each other and overlap A and
+		// B: A (earliest start) survives, updated; B is merged into A.
+		/* 18 */ {"a1", "M-4", event("a1", "M-4", "S-7", at(20*time.Minute), false, "8.0", "mm/s", "good"), at(30*time.Minute + 4*time.Second), nil},
+		/* 19 */ {"a2", "M-4", event("a2", "M-4", "S-7", at(20*time.Minute+10*time.Second), false, "8.0", "mm/s", "good"), at(30*time.Minute + 4*time.Second), nil},
+		/* 20 */ {"a3", "M-4", event("a3", "M-4", "S-7", at(20*time.Minute+20*time.Second), false, "8.0", "mm/s", "good"), at(30*time.Minute + 4*time.Second), nil},
+		/* 21 */ {"b1", "M-4", event("b1", "M-4", "S-7", at(22*time.Minute+40*time.Second), false, "8.0", "mm/s", "good"), at(30*time.Minute + 5*time.Second), nil},
+		/* 22 */ {"b2", "M-4", event("b2", "M-4", "S-7", at(22*time.Minute+50*time.Second), false, "8.0", "mm/s", "good"), at(30*time.Minute + 5*time.Second), nil},
+		/* 23 */ {"b3", "M-4", event("b3", "M-4", "S-7", at(23*time.Minute), false, "8.0", "mm/s", "good"), at(30*time.Minute + 5*time.Second), nil},
+		/* 24 */ {"c", "M-4", event("c", "M-4", "S-7", at(21*time.Minute+30*time.Second), false, "8.0", "mm/s", "good"), at(30*time.Minute + 6*time.Second), nil},
+		// Another machine's low event far later: W -> t0+44m30s, W - L =
+		// t0+34m30s passes end + S of A (t0+25m) and of M-3's incident
+		// (t0+31m20s): both close, in order of end.
+		/* 25 */ {"closer 2 (low, M-2)", "M-2", event("f3", "M-2", "S-3", at(45*time.Minute), false, "3.0", "mm/s", "good"), at(45*time.Minute + 50*time.Millisecond), nil},
 	}
 	cl := harness.NewClient(t, seeds, kgo.DefaultProduceTopic(input))
 	krecs := make([]*kgo.Record, len(recs))
@@ -108,7 +133,8 @@ func TestFixture(t *testing.T) {
 	log, ends := readLog(t, seeds, input)
 	waitConsumed(t, d, ends, time.Minute)
 	p.stop(t, d)
-	got := readCommitted(t, d)
+	got := readOutputs(t, d)
+	t.Logf("%s", got.summary())
 
 	// ---- alerts, written out ----
 	ts := func(d time.Duration) string { return alerts.FormatTime(at(d).UnixMilli()) }
@@ -117,8 +143,16 @@ func TestFixture(t *testing.T) {
 	}
 	m1 := alerts.ID(rule.ID, rule.Version, "M-1", "e1")
 	m3 := alerts.ID(rule.ID, rule.Version, "M-3", "x1")
+	m4a := alerts.ID(rule.ID, rule.Version, "M-4", "a1")
+	m4b := alerts.ID(rule.ID, rule.Version, "M-4", "b1")
+	evA := []alerts.Evidence{ev("a1", "S-7", 20*time.Minute, 8, 18), ev("a2", "S-7", 20*time.Minute+10*time.Second, 8, 19), ev("a3", "S-7", 20*time.Minute+20*time.Second, 8, 20)}
+	evB := []alerts.Evidence{ev("b1", "S-7", 22*time.Minute+40*time.Second, 8, 21), ev("b2", "S-7", 22*time.Minute+50*time.Second, 8, 22), ev("b3", "S-7", 23*time.Minute, 8, 23)}
+	evM3 := []alerts.Evidence{ev("x1", "S-5", 29*time.Minute+5*time.Second, 7.1, 15), ev("x2", "S-5", 29*time.Minute+10*time.Second, 7.5, 16), ev("x3", "S-6", 29*time.Minute+20*time.Second, 20, 17)}
+	w1 := ts(29*time.Minute + 30*time.Second) // W after the first closer
+	w2 := ts(44*time.Minute + 30*time.Second) // W after the second closer
 	type wantAlert struct {
 		key, id, status string
+		mergedInto      string
 		rev, count      int
 		start, end      string
 		evidence        []alerts.Evidence
@@ -127,22 +161,33 @@ func TestFixture(t *testing.T) {
 		reason          string
 	}
 	wantAlerts := []wantAlert{
-		{"M-1", m1, "open", 0, 3, ts(0), ts(60 * time.Second),
+		{"M-1", m1, "open", "", 0, 3, ts(0), ts(60 * time.Second),
 			[]alerts.Evidence{ev("e1", "S-1", 0, 9, 0), ev("e2", "S-2", 30*time.Second, 8, 1), ev("e3", "S-1", 60*time.Second, 10.16, 3)},
 			false, ts(0), "3 high-vibration events on machine M-1 within 1m0s, from 2026-03-01T10:00:00.000Z to 10:01:00.000Z"},
-		{"M-1", m1, "updated", 1, 4, ts(-20 * time.Second), ts(60 * time.Second),
+		{"M-1", m1, "updated", "", 1, 4, ts(-20 * time.Second), ts(60 * time.Second),
 			[]alerts.Evidence{ev("e0", "S-2", -20*time.Second, 9.5, 6), ev("e1", "S-1", 0, 9, 0), ev("e2", "S-2", 30*time.Second, 8, 1)},
 			true, ts(60 * time.Second), "4 high-vibration events on machine M-1 within 1m20s, from 2026-03-01T09:59:40.000Z to 10:01:00.000Z (revised)"},
-		{"M-1", m1, "closed", 2, 4, ts(-20 * time.Second), ts(60 * time.Second),
+		{"M-1", m1, "closed", "", 2, 4, ts(-20 * time.Second), ts(60 * time.Second),
 			[]alerts.Evidence{ev("e0", "S-2", -20*time.Second, 9.5, 6), ev("e1", "S-1", 0, 9, 0), ev("e2", "S-2", 30*time.Second, 8, 1)},
-			false, ts(29*time.Minute + 30*time.Second), "4 high-vibration events on machine M-1 within 1m20s, from 2026-03-01T09:59:40.000Z to 10:01:00.000Z, closed"},
-		{"M-3", m3, "open", 0, 3, ts(29*time.Minute + 5*time.Second), ts(29*time.Minute + 20*time.Second),
-			[]alerts.Evidence{ev("x1", "S-5", 29*time.Minute+5*time.Second, 7.1, 15), ev("x2", "S-5", 29*time.Minute+10*time.Second, 7.5, 16), ev("x3", "S-6", 29*time.Minute+20*time.Second, 20, 17)},
-			true, ts(29*time.Minute + 30*time.Second), "3 high-vibration events on machine M-3 within 15s, from 2026-03-01T10:29:05.000Z to 10:29:20.000Z"},
+			false, w1, "4 high-vibration events on machine M-1 within 1m20s, from 2026-03-01T09:59:40.000Z to 10:01:00.000Z, closed"},
+		{"M-3", m3, "open", "", 0, 3, ts(29*time.Minute + 5*time.Second), ts(29*time.Minute + 20*time.Second), evM3,
+			true, w1, "3 high-vibration events on machine M-3 within 15s, from 2026-03-01T10:29:05.000Z to 10:29:20.000Z"},
+		{"M-4", m4a, "open", "", 0, 3, ts(20 * time.Minute), ts(20*time.Minute + 20*time.Second), evA,
+			true, w1, "3 high-vibration events on machine M-4 within 20s, from 2026-03-01T10:20:00.000Z to 10:20:20.000Z"},
+		{"M-4", m4b, "open", "", 0, 3, ts(22*time.Minute + 40*time.Second), ts(23 * time.Minute), evB,
+			true, w1, "3 high-vibration events on machine M-4 within 20s, from 2026-03-01T10:22:40.000Z to 10:23:00.000Z"},
+		{"M-4", m4a, "updated", "", 1, 7, ts(20 * time.Minute), ts(23 * time.Minute), evA,
+			true, w1, "7 high-vibration events on machine M-4 within 3m0s, from 2026-03-01T10:20:00.000Z to 10:23:00.000Z (revised)"},
+		{"M-4", m4b, "merged", m4a, 1, 3, ts(22*time.Minute + 40*time.Second), ts(23 * time.Minute), evB,
+			true, w1, "3 high-vibration events on machine M-4 within 20s, from 2026-03-01T10:22:40.000Z to 10:23:00.000Z, merged into alert " + m4a},
+		{"M-4", m4a, "closed", "", 2, 7, ts(20 * time.Minute), ts(23 * time.Minute), evA,
+			false, w2, "7 high-vibration events on machine M-4 within 3m0s, from 2026-03-01T10:20:00.000Z to 10:23:00.000Z, closed"},
+		{"M-3", m3, "closed", "", 1, 3, ts(29*time.Minute + 5*time.Second), ts(29*time.Minute + 20*time.Second), evM3,
+			false, w2, "3 high-vibration events on machine M-3 within 15s, from 2026-03-01T10:29:05.000Z to 10:29:20.000Z, closed"},
 	}
-	// Alerts of one key are in order; across keys, order by key then revision.
-	gotAlerts := slices.Clone(got.alerts)
-	slices.SortStableFunc(gotAlerts, func(a, b *kgo.Record) int { return strings.Compare(string(a.Key), string(b.Key)) })
+	// All alerts are on the alerts topic's one partition, in the order the
+	// records that caused them were processed.
+	gotAlerts := got.alerts
 	if len(gotAlerts) != len(wantAlerts) {
 		t.Errorf("%d alert revisions committed, want %d:\n%s", len(gotAlerts), len(wantAlerts), values(gotAlerts))
 	}
@@ -165,7 +210,7 @@ func TestFixture(t *testing.T) {
 			{"alert_id", a.AlertID, w.id},
 			{"revision", a.Revision, w.rev},
 			{"status", a.Status, w.status},
-			{"merged_into", a.MergedInto, ""},
+			{"merged_into", a.MergedInto, w.mergedInto},
 			{"rule_id", a.RuleID, rule.ID},
 			{"rule_version", a.RuleVersion, rule.Version},
 			{"machine_id", a.MachineID, w.key},
@@ -250,7 +295,7 @@ func TestFixture(t *testing.T) {
 	}
 
 	// ---- accounting, written out ----
-	wantAcct := pipeline.Accounting{Version: 1, NextOffset: 18, Records: 18, Processed: 7, Filtered: 3, Duplicate: 1, DeadLettered: 6, TooLate: 1}
+	wantAcct := pipeline.Accounting{Version: 1, NextOffset: 26, Records: 26, Processed: 14, Filtered: 4, Duplicate: 1, DeadLettered: 6, TooLate: 1}
 	if a := got.acct[0]; a != wantAcct {
 		t.Errorf("accounting %+v, want %+v", a, wantAcct)
 	}

@@ -28,21 +28,37 @@ const readTimeout = 90 * time.Second
 
 // ---- input -----------------------------------------------------------------
 
+// newInput creates an input topic (deleted when the test ends) that keeps
+// its records however old their timestamps: the simulated line's and the
+// fixture's event times, and so their record timestamps, lie months in the
+// past, and the broker's default time retention (7 days, judged by record
+// timestamps) would delete whole segments of the input during the test.
+func newInput(t *testing.T, seeds []string, prefix string, partitions int32) string {
+	t.Helper()
+	return harness.NewTopic(t, seeds, harness.UniqueName(prefix), partitions, map[string]*string{
+		"retention.ms": kadm.StringPtr("-1"),
+	})
+}
+
 // streamOptions are the simulated line of the crash tests: the load
-// generator's line with every kind of trouble often enough that a few
-// thousand records hold alerts (opened, updated, closed), duplicates,
-// out-of-order pairs, late-but-applied and too-late replays (gateway
-// outages longer than the allowed lateness), poison records and clock jumps.
-func streamOptions(machines int, seed uint64) sim.Options {
-	o := sim.Load(machines)
+// generator's line, 8 machines with two sensors each, with every kind of
+// trouble often enough that 20,000 records (about 21 minutes of event time)
+// hold alert revisions of every kind but merged (opened, updated, closed,
+// some late), duplicates, out-of-order pairs, late-but-applied and too-late
+// replays (gateway outages of 13 minutes: the first minutes of a replay are
+// behind the watermark by more than the allowed lateness), poison records
+// and clock jumps. Keys are spread over 3 partitions by murmur2.
+func streamOptions(seed uint64) sim.Options {
+	o := sim.Load(8)
+	o.SensorsPerMachine = 2
 	o.Seed = seed
-	o.EpisodeRate = 0.004
+	o.EpisodeRate = 0.006
 	o.DuplicateRate = 0.01
 	o.SwapRate = 0.03
 	o.PoisonRate = 0.002
 	o.ClockAheadRate = 0.001
-	o.OutageRate = 0.0004
-	o.OutageLength = 11 * time.Minute // > the allowed lateness: too-late replays
+	o.OutageRate = 0.0008
+	o.OutageLength = 13 * time.Minute
 	o.InchRate = 0.1
 	return o
 }
@@ -55,16 +71,17 @@ type producer struct {
 }
 
 // produceStream writes records of line to topic at about rate records per
-// second, in chunks every 50 ms, until at least min records were written
-// and more(records written) (asked between chunks) is false, or max records were written.
-// Keys are machine ids, so the default partitioner (murmur2) spreads
-// machines over the partitions; record timestamps are the simulated send
-// times (clock_ahead is judged against them).
-func produceStream(t *testing.T, seeds []string, topic string, line *sim.Line, rate, min, max int, more func(sent int) bool) *producer {
+// second, in chunks every 50 ms, until at least minN records were written
+// and more(records written so far), asked between chunks, is false, or
+// until maxN records were written. Keys are machine ids, so the default
+// partitioner (murmur2) spreads machines over the partitions; record
+// timestamps are the simulated send times (clock_ahead is judged against
+// them).
+func produceStream(t *testing.T, seeds []string, topic string, line *sim.Line, rate, minN, maxN int, more func(sent int) bool) *producer {
 	t.Helper()
 	cl := harness.NewClient(t, seeds, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
 	pr := &producer{done: make(chan struct{})}
-	chunk := max1(rate / 20)
+	chunk := max(rate/20, 1)
 	go func() {
 		defer close(pr.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -72,7 +89,7 @@ func produceStream(t *testing.T, seeds []string, topic string, line *sim.Line, r
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		n := 0
-		for n < max && (n < min || more(n)) {
+		for n < maxN && (n < minN || more(n)) {
 			recs := make([]*kgo.Record, 0, chunk)
 			for range chunk {
 				r := line.Next()
@@ -89,8 +106,6 @@ func produceStream(t *testing.T, seeds []string, topic string, line *sim.Line, r
 	}()
 	return pr
 }
-
-func max1(n int) int { return max(n, 1) }
 
 // running reports whether the producer is still writing.
 func (pr *producer) running() bool {
@@ -140,9 +155,16 @@ func readLog(t *testing.T, seeds []string, topic string) (pipeline.Log, map[int3
 	}
 	ends := map[int32]int64{}
 	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	// The input is not transactional: its offsets run from 0 without gaps,
+	// unless records were deleted (the accounting checks rely on that).
 	for p, recs := range log {
-		if last := recs[len(recs)-1].Offset; last+1 != ends[p] {
-			t.Fatalf("input %s partition %d: read up to offset %d, end offset %d", topic, p, last, ends[p])
+		for i, r := range recs {
+			if r.Offset != int64(i) {
+				t.Fatalf("input %s partition %d: record %d is at offset %d: records are missing (deleted by retention?)", topic, p, i, r.Offset)
+			}
+		}
+		if n := int64(len(recs)); n != ends[p] {
+			t.Fatalf("input %s partition %d: read %d records, end offset %d", topic, p, n, ends[p])
 		}
 	}
 	return log, ends
@@ -258,18 +280,20 @@ func behind(adm *kadm.Client, group, topic string) bool {
 type committed struct {
 	alerts, dlq, late []*kgo.Record
 	outputs           pipeline.Outputs
-	acct              map[int32]pipeline.Accounting // the latest per changelog partition
-	acctRecords       int                           // accounting records in the changelog
+	acct              map[int32]pipeline.Accounting   // the latest per changelog partition
+	acctHistory       map[int32][]pipeline.Accounting // every committed one, in order
+	changelog         int                             // committed changelog records
 }
 
-func readCommitted(t *testing.T, d *deployment) *committed {
+func readOutputs(t *testing.T, d *deployment) *committed {
 	t.Helper()
 	c := &committed{
-		alerts:  harness.ReadCommitted(t, d.seeds, d.alerts, readTimeout),
-		dlq:     harness.ReadCommitted(t, d.seeds, d.dlq, readTimeout),
-		late:    harness.ReadCommitted(t, d.seeds, d.late, readTimeout),
-		outputs: pipeline.Outputs{},
-		acct:    map[int32]pipeline.Accounting{},
+		alerts:      harness.ReadCommitted(t, d.seeds, d.alerts, readTimeout),
+		dlq:         harness.ReadCommitted(t, d.seeds, d.dlq, readTimeout),
+		late:        harness.ReadCommitted(t, d.seeds, d.late, readTimeout),
+		outputs:     pipeline.Outputs{},
+		acct:        map[int32]pipeline.Accounting{},
+		acctHistory: map[int32][]pipeline.Accounting{},
 	}
 	for kind, recs := range map[pipeline.Kind][]*kgo.Record{pipeline.Alert: c.alerts, pipeline.DeadLetter: c.dlq, pipeline.TooLate: c.late} {
 		for _, r := range recs {
@@ -277,7 +301,9 @@ func readCommitted(t *testing.T, d *deployment) *committed {
 		}
 	}
 	c.outputs.Canonical()
-	for _, r := range harness.ReadCommitted(t, d.seeds, d.changelog, readTimeout) {
+	changelog := harness.ReadCommitted(t, d.seeds, d.changelog, readTimeout)
+	c.changelog = len(changelog)
+	for _, r := range changelog {
 		if string(r.Key) != "a" {
 			continue
 		}
@@ -286,9 +312,16 @@ func readCommitted(t *testing.T, d *deployment) *committed {
 			t.Fatalf("%s: changelog %s partition %d offset %d: %v", d.name, d.changelog, r.Partition, r.Offset, err)
 		}
 		c.acct[r.Partition] = a // records come in offset order: the last one wins
-		c.acctRecords++
+		c.acctHistory[r.Partition] = append(c.acctHistory[r.Partition], a)
 	}
 	return c
+}
+
+// aborted counts the records of d's output and changelog topics that were
+// written in aborted transactions.
+func (c *committed) aborted(t *testing.T, d *deployment) int {
+	t.Helper()
+	return abortedRecords(t, d.seeds, len(c.alerts)+len(c.dlq)+len(c.late)+c.changelog, d.alerts, d.dlq, d.late, d.changelog)
 }
 
 func (c *committed) summary() string {
@@ -298,7 +331,8 @@ func (c *committed) summary() string {
 		_ = json.Unmarshal(r.Value, &s)
 		statuses[s.Status]++
 	}
-	return fmt.Sprintf("%d alert revisions %v, %d dead letters, %d too late", len(c.alerts), statuses, len(c.dlq), len(c.late))
+	return fmt.Sprintf("%d alert revisions %v, %d dead letters, %d too late; accounting checked at %d commit points",
+		len(c.alerts), statuses, len(c.dlq), len(c.late), c.commitPoints())
 }
 
 // reference runs the pipeline over log in one pass: what a correct
@@ -312,26 +346,37 @@ func reference(t *testing.T, d *deployment, log pipeline.Log) (pipeline.Outputs,
 	return stage.Reference(log)
 }
 
-// requireMeaningful fails when the reference lacks a kind of output: then
-// the comparison would prove nothing about it.
+// requireMeaningful fails when the input leaves a partition empty or the
+// reference lacks a kind of output (opened, updated, closed and late alert
+// revisions, dead letters, too-late records): the comparison would prove
+// nothing about it.
 func requireMeaningful(t *testing.T, want pipeline.Outputs, log pipeline.Log, partitions int) {
 	t.Helper()
 	if len(log) != partitions {
 		t.Fatalf("input has records in %d of %d partitions: %s", len(log), partitions, logSizes(log))
 	}
-	statuses := map[string]bool{}
+	statuses := map[string]int{}
+	late := 0
 	for _, recs := range want[pipeline.Alert] {
 		for _, fp := range recs {
-			var s struct{ Status string }
+			var a struct {
+				Status string
+				Late   bool
+			}
 			v, _, _ := strings.Cut(fp, "\x00")
-			if err := json.Unmarshal([]byte(v), &s); err == nil {
-				statuses[s.Status] = true
+			if err := json.Unmarshal([]byte(v), &a); err != nil {
+				t.Fatalf("reference alert %q: %v", v, err)
+			}
+			statuses[a.Status]++
+			if a.Late {
+				late++
 			}
 		}
 	}
-	if !statuses["open"] || !statuses["closed"] || want.Count(pipeline.DeadLetter) == 0 || want.Count(pipeline.TooLate) == 0 {
-		t.Fatalf("the reference has alert statuses %v, %d dead letters and %d too late: the input proves too little",
-			statuses, want.Count(pipeline.DeadLetter), want.Count(pipeline.TooLate))
+	if statuses["open"] == 0 || statuses["updated"] == 0 || statuses["closed"] == 0 || late == 0 ||
+		want.Count(pipeline.DeadLetter) == 0 || want.Count(pipeline.TooLate) == 0 {
+		t.Fatalf("the reference has alert revisions %v (%d late), %d dead letters and %d too late: the input proves too little",
+			statuses, late, want.Count(pipeline.DeadLetter), want.Count(pipeline.TooLate))
 	}
 }
 
@@ -349,7 +394,11 @@ func checkCommitted(t *testing.T, d *deployment, got *committed, want pipeline.O
 // accounting record equals the reference's, balances, counts every input
 // record up to the input's end, and that the dead-letter and too-late
 // topics hold exactly as many records of that partition (by their
-// source.partition header) as it counts.
+// source.partition header) as it counts. It also checks every earlier
+// committed accounting record (one per committed transaction that touched
+// the partition): each balances, counts exactly the records before its
+// next_offset (the input has no gaps: it is not transactional), and each
+// counts more records than the one before, no counter ever going down.
 func checkAccounting(t *testing.T, d *deployment, got *committed, wantAcct map[int32]pipeline.Accounting, log pipeline.Log, ends map[int32]int64) {
 	t.Helper()
 	perPartition := func(recs []*kgo.Record, kind string) map[int32]int64 {
@@ -396,7 +445,29 @@ func checkAccounting(t *testing.T, d *deployment, got *committed, wantAcct map[i
 		if late[p] != a.TooLate {
 			t.Errorf("%s: partition %d: %d too-late records in %s, accounting says %d", d.name, p, late[p], d.late, a.TooLate)
 		}
+		var prev pipeline.Accounting
+		for i, h := range got.acctHistory[p] {
+			switch {
+			case !h.Balanced() || h.Records != h.NextOffset:
+				t.Errorf("%s: partition %d: committed accounting record %d does not balance or does not count every record before offset %d: %+v",
+					d.name, p, i, h.NextOffset, h)
+			case h.Records <= prev.Records || h.Processed < prev.Processed || h.Filtered < prev.Filtered ||
+				h.Duplicate < prev.Duplicate || h.DeadLettered < prev.DeadLettered || h.TooLate < prev.TooLate:
+				t.Errorf("%s: partition %d: committed accounting record %d went backwards or stood still: %+v after %+v", d.name, p, i, h, prev)
+			}
+			prev = h
+		}
 	}
+}
+
+// commitPoints is the number of committed accounting records: the commit
+// points at which checkAccounting checked the invariant.
+func (c *committed) commitPoints() int {
+	n := 0
+	for _, h := range c.acctHistory {
+		n += len(h)
+	}
+	return n
 }
 
 func acctString(accts map[int32]pipeline.Accounting) string {
@@ -407,4 +478,60 @@ func acctString(accts map[int32]pipeline.Accounting) string {
 			p, a.Records, a.Processed, a.Filtered, a.Duplicate, a.DeadLettered, a.TooLate)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// abortedRecords counts the data records of topics that read_uncommitted
+// sees and read_committed does not: records of aborted transactions (a
+// SIGKILL after the batch produced them and before it committed; its
+// restarted incarnation fenced and aborted the transaction). committed is
+// the number of records read_committed saw.
+func abortedRecords(t *testing.T, seeds []string, committed int, topics ...string) int {
+	t.Helper()
+	adm := harness.NewAdmin(t, seeds)
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	listed, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	start := map[string]map[int32]kgo.Offset{}
+	left := map[string]int64{}
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			if start[o.Topic] == nil {
+				start[o.Topic] = map[int32]kgo.Offset{}
+			}
+			start[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+			left[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o.Offset
+		}
+	})
+	if len(left) == 0 {
+		return -committed
+	}
+	cl := harness.NewClient(t, seeds, kgo.ConsumePartitions(start),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
+	data := 0
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read_uncommitted %v: %d partitions not read to their end", topics, len(left))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			tp := fmt.Sprintf("%s/%d", r.Topic, r.Partition)
+			end, ok := left[tp]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				data++
+			}
+			if r.Offset+1 >= end {
+				delete(left, tp)
+			}
+		})
+	}
+	return data - committed
 }

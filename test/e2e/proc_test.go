@@ -41,7 +41,8 @@ type deployment struct {
 	group, input                 string
 	alerts, dlq, late, changelog string
 	rule                         config.Rule
-	dir                          string // state directories and logs
+	dir                          string // state directories
+	logDir                       string // one log file per incarnation
 
 	mu           sync.Mutex
 	procs        []*proc // every incarnation, in start order
@@ -66,6 +67,7 @@ func newDeployment(t *testing.T, seeds []string, input, name string, rule config
 		changelog:    harness.UniqueName("e2e-" + name + ".changelog"),
 		rule:         rule,
 		dir:          t.TempDir(),
+		logDir:       logDir(t, name),
 		incarnations: map[string]int{},
 	}
 	d.env = []string{
@@ -85,6 +87,23 @@ func newDeployment(t *testing.T, seeds []string, input, name string, rule config
 	d.env = append(d.env, extra...)
 	t.Cleanup(func() { deleteTopicsAndGroup(t, seeds, d.group, d.alerts, d.dlq, d.late, d.changelog) })
 	return d
+}
+
+// logDir is where a deployment's process logs go: a temporary directory,
+// or, when E2E_LOG_DIR is set, <E2E_LOG_DIR>/<test>/<deployment>, kept after
+// the test for a post-mortem.
+func logDir(t *testing.T, deployment string) string {
+	t.Helper()
+	base := os.Getenv("E2E_LOG_DIR")
+	if base == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(base, strings.ReplaceAll(t.Name(), "/", "_"), deployment)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("E2E_LOG_DIR: %v", err)
+	}
+	t.Logf("%s: process logs in %s", deployment, dir)
+	return dir
 }
 
 // ruleEnv returns every setting of rule as PROCESSOR_RULE_* variables.
@@ -116,7 +135,7 @@ func (d *deployment) start(instance, stateDir string) *proc {
 	d.incarnations[instance]++
 	n := d.incarnations[instance]
 	d.mu.Unlock()
-	logPath := filepath.Join(d.dir, fmt.Sprintf("%s-%02d.log", instance, n))
+	logPath := filepath.Join(d.logDir, fmt.Sprintf("%s-%02d.log", instance, n))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		d.t.Fatalf("create log file: %v", err)
@@ -304,20 +323,38 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// countLogLines counts the lines of every incarnation's log that contain s.
-func (d *deployment) countLogLines(s string) int {
+// logLines returns the lines of every incarnation's log for which keep is
+// true, each prefixed with the incarnation's name, at most limit of them.
+func (d *deployment) logLines(limit int, keep func(line string) bool) []string {
 	d.mu.Lock()
 	procs := append([]*proc(nil), d.procs...)
 	d.mu.Unlock()
-	n := 0
+	var out []string
 	for _, p := range procs {
 		b, err := os.ReadFile(p.logPath)
 		if err != nil {
 			continue
 		}
-		n += strings.Count(string(b), s)
+		for _, line := range strings.Split(string(b), "\n") {
+			if len(out) < limit && keep(line) {
+				out = append(out, p.name+": "+line)
+			}
+		}
 	}
-	return n
+	return out
+}
+
+// grep returns at most limit log lines that contain s.
+func (d *deployment) grep(s string, limit int) []string {
+	return d.logLines(limit, func(line string) bool { return strings.Contains(line, s) })
+}
+
+// notable returns at most limit log lines that are warnings or errors, or
+// mention an aborted batch.
+func (d *deployment) notable(limit int) []string {
+	return d.logLines(limit, func(line string) bool {
+		return strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, "aborted")
+	})
 }
 
 // deleteTopicsAndGroup deletes the topics the processor created, and the
