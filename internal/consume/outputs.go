@@ -37,7 +37,9 @@ var changelogConfigs = map[string]*string{
 // input's partition count. It retries until ctx ends, so an unreachable
 // Kafka fails start-up with a clear error after StartupTimeout.
 func ensureTopics(ctx context.Context, cfg config.Config, opts []kgo.Opt, log *slog.Logger) error {
-	cl, err := kgo.NewClient(opts...)
+	// kadm answers ListTopics from metadata cached for MetadataMinAge:
+	// keep it short so a topic created a moment ago is seen.
+	cl, err := kgo.NewClient(append(opts, kgo.MetadataMinAge(50*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("consume: admin client: %w", err)
 	}
