@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,8 @@ func loadgenCmd() *cobra.Command {
 		rate     int
 		seed     uint64
 		clean    bool
+		episodes float64
+		outage   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "loadgen",
@@ -44,6 +45,12 @@ replays or clock jumps).`,
 			defer cl.Close()
 			o := sim.Load(machines)
 			o.Seed = seed
+			if episodes >= 0 {
+				o.EpisodeRate = episodes
+			}
+			if outage > 0 {
+				o.OutageLength = outage
+			}
 			if clean {
 				o.DuplicateRate, o.SwapRate, o.PoisonRate, o.ClockAheadRate, o.OutageRate = 0, 0, 0, 0, 0
 			}
@@ -83,6 +90,7 @@ replays or clock jumps).`,
 	cmd.Flags().IntVar(&rate, "rate", 0, "records per second (0: unlimited)")
 	cmd.Flags().Uint64Var(&seed, "seed", 42, "random seed")
 	cmd.Flags().BoolVar(&clean, "clean", false, "only well-formed, in-order events")
-	_ = context.Background
+	cmd.Flags().Float64Var(&episodes, "episode-rate", -1, "chance per machine per second that a high-vibration episode starts (default: the load profile's 0.002)")
+	cmd.Flags().DurationVar(&outage, "outage", 0, "length of a gateway outage, replayed late afterwards (default: the load profile's 2m)")
 	return cmd
 }
