@@ -46,6 +46,32 @@ func runBinary(t *testing.T, timeout time.Duration, env []string, args ...string
 	return code, errBuf.String(), took
 }
 
+// runBinaryOut is runBinary with stdout and stderr together in the output.
+func runBinaryOut(t *testing.T, timeout time.Duration, env []string, args ...string) (code int, out string, took time.Duration) {
+	t.Helper()
+	bin := harness.BuildBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Dir = t.TempDir()
+	start := time.Now()
+	b, err := cmd.CombinedOutput()
+	took = time.Since(start)
+	if ctx.Err() != nil {
+		t.Fatalf("processor %v did not exit within %v:\n%s", args, timeout, b)
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("run processor %v: %v", args, err)
+	}
+	return code, string(b), took
+}
+
 // TestBadConfigExitsNonZero: an invalid configuration value, from the
 // environment, a flag or the file, stops `processor run` before it touches
 // Kafka, with exit code 2 and a message naming the key, the value and what

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,6 +138,14 @@ func TestCrashEquivalence(t *testing.T) {
 	checkCommitted(t, crash, gotCrash, want, wantAcct, log, ends)
 	if diff := pipeline.Diff(gotClean.outputs, gotCrash.outputs); diff != "" {
 		t.Errorf("the crash run committed other records than the clean run:\n%s", diff)
+	}
+	// The operator's tool agrees, from the outside: processor reconcile.
+	for _, d := range []*deployment{clean, crash} {
+		code, stderr, _ := runBinaryOut(t, 2*time.Minute, d.env, "reconcile", "--recompute", "--quiet")
+		if code != 0 || !strings.Contains(stderr, "OK: no violation") {
+			t.Errorf("%s: processor reconcile exited %d:\n%s", d.name, code, stderr)
+		}
+		t.Logf("%s: processor reconcile --recompute: %s", d.name, lastLine(stderr))
 	}
 	t.Logf("crash run: %d SIGKILLs, %d while the input was being written, %d with committed offsets behind the input; %d records of aborted transactions in its output and changelog topics (the clean run's: %d)",
 		c.kills, c.midStream.Load(), c.behind, gotCrash.aborted(t, crash), gotClean.aborted(t, clean))
