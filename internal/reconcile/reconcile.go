@@ -21,6 +21,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -50,6 +51,12 @@ type Options struct {
 	Progress func(topic string, read, total int64)
 	// ExtraKgoOpts are appended to client options (TLS, SASL).
 	ExtraKgoOpts []kgo.Opt
+	// From and To bound the check to what was committed in [From, To)
+	// (zero: unbounded): the input records whose accounting was committed
+	// in the range (the offsets between the last accounting record of each
+	// partition committed before From and the last committed before To), and
+	// the alert revisions committed in the range. Recompute needs no range.
+	From, To time.Time
 }
 
 // Report is the outcome.
@@ -134,6 +141,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	inRange := func(t time.Time) bool {
+		return (o.From.IsZero() || !t.Before(o.From)) && (o.To.IsZero() || t.Before(o.To))
+	}
+	base := map[int32]pipeline.Accounting{} // the last accounting committed before From
 	for _, r := range changelog {
 		if string(r.Key) != "a" {
 			continue
@@ -143,9 +154,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.violate("changelog %d@%d: undecodable accounting record: %v", r.Partition, r.Offset, err)
 			continue
 		}
-		rep.Partitions[r.Partition] = a
+		if !o.From.IsZero() && r.Timestamp.Before(o.From) {
+			base[r.Partition] = a
+		}
+		if o.To.IsZero() || r.Timestamp.Before(o.To) {
+			rep.Partitions[r.Partition] = a
+		}
 	}
-	committed := func(p int32, off int64) bool { return off < rep.Partitions[p].NextOffset }
+	// committed reports whether an input record's accounting was committed
+	// in the range.
+	committed := func(p int32, off int64) bool {
+		return off >= base[p].NextOffset && off < rep.Partitions[p].NextOffset
+	}
 
 	// Accounting per partition.
 	inCount := map[int32]int64{}
@@ -154,12 +174,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			inCount[r.Partition]++
 		}
 	}
-	for p, a := range rep.Partitions {
-		if !a.Balanced() {
+	for p, top := range rep.Partitions {
+		a := delta(top, base[p])
+		if !top.Balanced() || !a.Balanced() {
 			rep.violate("partition %d: accounting does not balance: %+v", p, a)
 		}
 		if a.Records != inCount[p] {
-			rep.violate("partition %d: %d records counted, but the input holds %d records below offset %d", p, a.Records, inCount[p], a.NextOffset)
+			rep.violate("partition %d: %d records counted, but the input holds %d records in offsets [%d, %d)", p, a.Records, inCount[p], base[p].NextOffset, top.NextOffset)
 		}
 	}
 	for p, n := range inCount {
@@ -206,9 +227,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				per[int32(p)]++
 			}
 		}
-		for p, a := range rep.Partitions {
-			if per[p] != side.count(a) {
-				rep.violate("partition %d: %d records in %s, accounting says %d", p, per[p], side.topic, side.count(a))
+		for p, top := range rep.Partitions {
+			if want := side.count(top) - side.count(base[p]); per[p] != want {
+				rep.violate("partition %d: %d records in %s, accounting says %d", p, per[p], side.topic, want)
 			}
 		}
 	}
@@ -218,10 +239,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Alerts = len(alertRecs)
-	checkAlerts(rep, cfg, alertRecs, byPos)
+	ranged := alertRecs[:0:0]
+	for _, r := range alertRecs {
+		if inRange(r.Timestamp) {
+			ranged = append(ranged, r)
+		}
+	}
+	rep.Alerts = len(ranged)
+	checkAlerts(rep, cfg, ranged, byPos, !o.From.IsZero())
 
 	if o.Recompute {
+		if !o.From.IsZero() || !o.To.IsZero() {
+			return nil, errors.New("reconcile: --recompute checks the whole log; it takes no time range")
+		}
 		rep.Recomputed = true
 		recompute(rep, cfg, input, alertRecs, committed, read)
 	}
@@ -234,7 +264,17 @@ type alertState struct {
 	status string
 }
 
-func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record) {
+// delta is the accounting of the records between two accounting records.
+func delta(top, base pipeline.Accounting) pipeline.Accounting {
+	return pipeline.Accounting{Version: top.Version, NextOffset: top.NextOffset,
+		Records: top.Records - base.Records, Processed: top.Processed - base.Processed,
+		Filtered: top.Filtered - base.Filtered, Duplicate: top.Duplicate - base.Duplicate,
+		DeadLettered: top.DeadLettered - base.DeadLettered, TooLate: top.TooLate - base.TooLate}
+}
+
+// checkAlerts checks the alert revisions; midway means the range starts
+// after the beginning, so an alert's first revision seen may be any.
+func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record, midway bool) {
 	valid := event.NewValidator(event.JSONDecoder{}, event.Options{MaxFutureSkewMs: max(cfg.Rule.MaxFutureSkew.Milliseconds(), 1)})
 	states := map[string]*alertState{}
 	seen := map[string]bool{}
@@ -253,6 +293,9 @@ func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[i
 		st := states[a.AlertID]
 		if st == nil {
 			st = &alertState{}
+			if midway {
+				st.next = a.Revision
+			}
 			states[a.AlertID] = st
 		}
 		switch {
