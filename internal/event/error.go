@@ -8,8 +8,11 @@ type Reason string
 // The reason codes, in the order Validator.Check tests them (invalid_field is
 // tested twice: once for schema_version alone, then for every other field).
 const (
+	// ReasonTooLarge: the value is larger than Options.MaxBytes; it is not
+	// parsed at all, so memory stays bounded whatever arrives.
+	ReasonTooLarge Reason = "too_large"
 	// ReasonDecodeError: the value is not a JSON object (or, for other
-	// codecs, not decodable), is empty, or is larger than Options.MaxBytes.
+	// codecs, not decodable) or is empty.
 	ReasonDecodeError Reason = "decode_error"
 	// ReasonInvalidField: a field is missing, of the wrong type or out of
 	// range.
@@ -27,7 +30,7 @@ const (
 // Reasons returns every reason code, in check order, for example to
 // initialise per-reason metrics.
 func Reasons() []Reason {
-	return []Reason{ReasonDecodeError, ReasonInvalidField, ReasonSchemaUnknown, ReasonKeyMismatch, ReasonClockAhead}
+	return []Reason{ReasonTooLarge, ReasonDecodeError, ReasonInvalidField, ReasonSchemaUnknown, ReasonKeyMismatch, ReasonClockAhead}
 }
 
 // Error is a rejected record. Reason is the stable dead-letter code; Field

@@ -90,7 +90,8 @@ func (v *Validator) Options() Options {
 // normalise, compare the key, and test the clock skew. It returns the event,
 // or the first failure in the order of SPEC section 3:
 //
-//  1. decode_error: value is empty, larger than MaxBytes, or not decodable
+//  0. too_large: value is larger than MaxBytes (it is not parsed);
+//  1. decode_error: value is empty or not decodable
 //     (for JSON: not exactly one JSON object in valid UTF-8);
 //  2. invalid_field: schema_version is missing, null or not an integer;
 //  3. schema_unknown: schema_version is not in KnownVersions;
@@ -110,7 +111,8 @@ func (v *Validator) Options() Options {
 // storing it in an error variable (a nil *Error in an error is not nil).
 func (v *Validator) Check(key, value []byte, recordTSMs int64) (Event, *Error) {
 	if len(value) > v.opts.MaxBytes {
-		return Event{}, decodeError("value is %d bytes, larger than the limit of %d bytes", len(value), v.opts.MaxBytes)
+		return Event{}, &Error{Reason: ReasonTooLarge,
+			Detail: fmt.Sprintf("value is %d bytes, larger than the limit of %d bytes", len(value), v.opts.MaxBytes)}
 	}
 	f, err := v.dec.Decode(value)
 	if err != nil {

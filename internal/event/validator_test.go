@@ -86,7 +86,7 @@ func TestCheckRejects(t *testing.T) {
 		{name: "trailing garbage", value: append(record(nil), " x"...), reason: ReasonDecodeError},
 		{name: "two objects", value: append(record(nil), record(nil)...), reason: ReasonDecodeError},
 		{name: "confluent avro frame", value: append([]byte{0, 0, 0, 0, 1}, record(nil)...), reason: ReasonDecodeError},
-		{name: "too large", v: small, value: record(nil), reason: ReasonDecodeError, detailHas: []string{"larger than the limit of 64 bytes"}},
+		{name: "too large", v: small, value: record(nil), reason: ReasonTooLarge, detailHas: []string{"larger than the limit of 64 bytes"}},
 		{name: "nesting 100k deep", value: []byte(deep), reason: ReasonDecodeError, detailHas: []string{"depth"}},
 
 		// invalid_field for schema_version comes before everything else
@@ -389,7 +389,7 @@ func TestEventDoesNotAliasInput(t *testing.T) {
 
 func TestReasons(t *testing.T) {
 	got := Reasons()
-	want := []Reason{"decode_error", "invalid_field", "schema_unknown", "key_mismatch", "clock_ahead"}
+	want := []Reason{"too_large", "decode_error", "invalid_field", "schema_unknown", "key_mismatch", "clock_ahead"}
 	if len(got) != len(want) {
 		t.Fatalf("Reasons() = %v", got)
 	}
