@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -135,6 +136,7 @@ func addConfigFlags(cmd *cobra.Command) {
 // until ctx ends or one fails.
 func runProcessor(ctx context.Context, cfg config.Config, logger *slog.Logger, o consume.Options) error {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	met, err := metrics.New(reg)
 	if err != nil {
 		return err

@@ -71,7 +71,9 @@ func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, 
 	}
 	in, ok := details[cfg.Topics.Input]
 	if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
-		return fmt.Errorf("consume: input topic %q does not exist (topics.input): create it first: %w", cfg.Topics.Input, errPermanent)
+		// Not permanent: the topic may be being created right now; the
+		// retry ends with this message after startup_timeout.
+		return fmt.Errorf("input topic %q does not exist (topics.input): create it first", cfg.Topics.Input)
 	}
 	if in.Err != nil {
 		return fmt.Errorf("describe %s: %w", cfg.Topics.Input, in.Err)
@@ -103,12 +105,12 @@ func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, 
 		if !cfg.CreateTopics {
 			return fmt.Errorf("consume: topic %q does not exist and create_topics is false: %w", name, errPermanent)
 		}
-		resp, err := adm.CreateTopic(rctx, parts, int16(cfg.ReplicationFactor), configs, name)
+		_, err := adm.CreateTopic(rctx, parts, int16(cfg.ReplicationFactor), configs, name)
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			continue // another replica created it a moment ago
+		}
 		if err != nil {
 			return fmt.Errorf("create topic %s: %w", name, err)
-		}
-		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", name, resp.Err)
 		}
 		log.Info("consume: created topic", "topic", name, "partitions", parts)
 	}

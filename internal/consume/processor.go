@@ -71,10 +71,9 @@ type Processor struct {
 	batchVals   [][]byte    // alert values of the batch, for the status page
 	batchTS     []time.Time // record timestamps of the records that caused alerts
 
-	board     statusBoard
-	diskBytes atomic.Int64
-	diskAt    time.Time
-	kprom     *kprom.Metrics
+	board    statusBoard
+	storeRef atomic.Pointer[state.Store] // for the scrape-time disk gauge
+	kprom    *kprom.Metrics
 }
 
 // New builds a processor for cfg. It does not contact Kafka; Run does.
@@ -113,8 +112,13 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		return nil, err
 	}
 	if err := o.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "processor_state_disk_bytes", Help: "Disk space of the local Pebble store (updated at most every 5s).",
-	}, func() float64 { return float64(p.diskBytes.Load()) })); err != nil {
+		Name: "processor_state_disk_bytes", Help: "Disk space of the local Pebble store.",
+	}, func() float64 {
+		if st := p.storeRef.Load(); st != nil {
+			return float64(st.Stats().DiskBytes)
+		}
+		return 0
+	})); err != nil {
 		return nil, err
 	}
 	p.kprom = kprom.NewMetrics("processor_kafka", kprom.Registerer(o.Metrics.Registerer()))
@@ -140,7 +144,11 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 	p.store = st
-	defer st.Close()
+	p.storeRef.Store(st)
+	defer func() {
+		p.storeRef.Store(nil)
+		st.Close()
+	}()
 	p.restore = &changelogReader{topic: p.cl, opts: p.baseOpts()}
 
 	opts := append(p.baseOpts(),
@@ -186,6 +194,10 @@ func (p *Processor) baseOpts() []kgo.Opt {
 		kgo.SeedBrokers(p.cfg.Brokers...),
 		kgo.ClientID("processor-" + p.cfg.InstanceID),
 		kgo.ProducerLinger(0),
+		// Kafka 4 answers a produce right after a commit with
+		// CONCURRENT_TRANSACTIONS now and then; franz-go retries it after a
+		// metadata refresh, which the default minimum age (5s) would delay.
+		kgo.MetadataMinAge(250 * time.Millisecond),
 	}, p.extra...)
 }
 
@@ -403,10 +415,6 @@ func (p *Processor) commit(ctx context.Context) error {
 		})
 	}
 	now := p.now()
-	if now.Sub(p.diskAt) > 5*time.Second {
-		p.diskBytes.Store(int64(p.store.Stats().DiskBytes))
-		p.diskAt = now
-	}
 	for _, ts := range p.batchTS {
 		p.met.AlertLatency.Observe(now.Sub(ts).Seconds())
 	}
@@ -513,6 +521,9 @@ func (p *Processor) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 
 func (p *Processor) drop(ids []int32) {
 	p.board.remove(ids)
+	for _, id := range ids {
+		p.met.ForgetPartition(strconv.Itoa(int(id)))
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range ids {

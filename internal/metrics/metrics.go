@@ -24,7 +24,8 @@ type Metrics struct {
 	DeadLetters *prometheus.CounterVec
 	// Alerts counts alert revisions by status.
 	Alerts *prometheus.CounterVec
-	// Transactions counts ended transactions by result (committed, aborted).
+	// Transactions counts ended transactions by result (committed, aborted,
+	// failed: the session is unusable and the instance exits).
 	Transactions *prometheus.CounterVec
 	// CommitSeconds is the duration of ending a transaction.
 	CommitSeconds prometheus.Histogram
@@ -44,6 +45,8 @@ type Metrics struct {
 	AlertLatency prometheus.Histogram
 	// Restoring is the number of partitions being restored right now.
 	Restoring prometheus.Gauge
+	// Ready is 1 while the instance is ready (see /readyz), else 0.
+	Ready prometheus.Gauge
 
 	reg   prometheus.Registerer
 	ready atomic.Bool
@@ -88,16 +91,33 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "processor_rebalance_total", Help: "Partition assignment changes by kind.",
 		}, []string{"kind"}),
 		AlertLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "processor_alert_latency_seconds", Help: "Input record append (record timestamp) to alert revision commit.",
+			Name: "processor_alert_latency_seconds", Help: "Record timestamp of the input record that caused an alert revision to the revision's commit (the append time on LogAppendTime topics; with CreateTime it includes the producer's buffering).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
 		Restoring: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "processor_restore_in_progress", Help: "Partitions being restored from the changelog now.",
 		}),
+		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "processor_ready", Help: "1 while assigned partitions are restored and consuming (/readyz), else 0.",
+		}),
 		reg: reg,
 	}
+	// Every known label value exists from the start at 0, so increase()
+	// and rate() see the first event.
+	for _, r := range []string{"committed", "aborted", "failed"} {
+		m.Transactions.WithLabelValues(r)
+	}
+	for _, k := range []string{"assigned", "revoked", "lost"} {
+		m.Rebalances.WithLabelValues(k)
+	}
+	for _, st := range []string{"open", "updated", "merged", "closed"} {
+		m.Alerts.WithLabelValues(st)
+	}
+	for _, r := range []string{"too_large", "decode_error", "invalid_field", "schema_unknown", "key_mismatch", "clock_ahead"} {
+		m.DeadLetters.WithLabelValues(r)
+	}
 	for _, c := range []prometheus.Collector{m.Records, m.DeadLetters, m.Alerts, m.Transactions, m.CommitSeconds,
-		m.Watermark, m.Restores, m.RestoreSeconds, m.RestoredRecords, m.StateKeys, m.Rebalances, m.AlertLatency, m.Restoring} {
+		m.Watermark, m.Restores, m.RestoreSeconds, m.RestoredRecords, m.StateKeys, m.Rebalances, m.AlertLatency, m.Restoring, m.Ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -117,7 +137,21 @@ func (m *Metrics) Register(c prometheus.Collector) error {
 }
 
 // SetReady marks the processor ready (assigned partitions restored and consuming).
-func (m *Metrics) SetReady(ok bool) { m.ready.Store(ok) }
+func (m *Metrics) SetReady(ok bool) {
+	m.ready.Store(ok)
+	if ok {
+		m.Ready.Set(1)
+	} else {
+		m.Ready.Set(0)
+	}
+}
+
+// ForgetPartition deletes the per-partition series of a partition this
+// instance no longer owns, so no frozen values linger after a rebalance.
+func (m *Metrics) ForgetPartition(p string) {
+	m.Watermark.DeleteLabelValues(p)
+	m.StateKeys.DeleteLabelValues(p)
+}
 
 // Serve exposes /metrics, /healthz and /readyz on addr until ctx ends;
 // extra maps further paths to handlers (the status page at "/").

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -59,9 +60,12 @@ func prefixEnd(prefix []byte) []byte {
 
 // Store is the local Pebble store of one rule namespace.
 type Store struct {
-	db     *pebble.DB
-	dir    string
-	logger *slog.Logger
+	// closeMu orders Close against Stats, which metrics scrapes call from
+	// other goroutines; every other method is used by one goroutine at a time.
+	closeMu sync.RWMutex
+	db      *pebble.DB
+	dir     string
+	logger  *slog.Logger
 	// Wiped reports whether Open found an unusable store and started empty.
 	Wiped bool
 }
@@ -118,6 +122,8 @@ func (s *Store) open() (*pebble.DB, error) {
 
 // Close closes the store. It is idempotent.
 func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
 	if s.db == nil {
 		return nil
 	}
@@ -199,6 +205,11 @@ type Stats struct {
 
 // Stats returns the store's size.
 func (s *Store) Stats() Stats {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.db == nil {
+		return Stats{}
+	}
 	return Stats{DiskBytes: s.db.Metrics().DiskSpaceUsage()}
 }
 

@@ -1,0 +1,82 @@
+package deliver
+
+import (
+	"context"
+	"strconv"
+)
+
+// Reasons of a delivery dead letter (header delivery.reason).
+const (
+	// ReasonRejected: the sink answered with a permanent failure (a 4xx
+	// other than 408 and 429, an unexpected 1xx/3xx, or the revision could
+	// not be expressed for the sink).
+	ReasonRejected = "rejected"
+	// ReasonRetriesExhausted: transient failures reached retry.max_attempts
+	// or retry.max_elapsed while the sink's breaker stayed closed.
+	ReasonRetriesExhausted = "retries_exhausted"
+	// ReasonUndecodable: the record is not an alert revision (no
+	// idempotency key can be derived); no sink was tried.
+	ReasonUndecodable = "undecodable"
+)
+
+// Delivery DLQ header names.
+const (
+	HeaderSink           = "delivery.sink"
+	HeaderReason         = "delivery.reason"
+	HeaderDetail         = "delivery.detail"
+	HeaderAttempts       = "delivery.attempts"
+	HeaderLastStatus     = "delivery.last_status"
+	HeaderIdempotencyKey = "delivery.idempotency_key"
+	HeaderSourceTopic    = "source.topic"
+	HeaderSourcePart     = "source.partition"
+	HeaderSourceOffset   = "source.offset"
+	HeaderSourceTS       = "source.timestamp"
+)
+
+// maxDetail bounds the delivery.detail header.
+const maxDetail = 512
+
+// DeadLetter is one revision given up for one sink.
+type DeadLetter struct {
+	Record Record
+	Sink   string
+	// Reason is ReasonRejected, ReasonRetriesExhausted or ReasonUndecodable.
+	Reason string
+	// Detail is one human sentence: the last error, the response body start.
+	Detail string
+	// Attempts is the number of attempts made (0 for undecodable).
+	Attempts int
+	// LastStatus is the HTTP status of the last attempt, 0 when no response.
+	LastStatus int
+	// IdempotencyKey is empty for undecodable records.
+	IdempotencyKey string
+}
+
+// DeadLetterFunc writes one dead letter durably (the delivery DLQ topic);
+// nil means written. Lanes retry it until it succeeds or they stop.
+type DeadLetterFunc func(ctx context.Context, dl DeadLetter) error
+
+// Headers are the record headers of the dead letter: the original headers,
+// then delivery.sink, delivery.reason, delivery.detail, delivery.attempts,
+// delivery.last_status, delivery.idempotency_key and the source.topic,
+// source.partition, source.offset and source.timestamp (epoch ms) of the
+// alerts-topic record. Key and value are the original ones.
+func (dl DeadLetter) Headers() []Header {
+	detail := dl.Detail
+	if len(detail) > maxDetail {
+		detail = detail[:maxDetail]
+	}
+	h := append([]Header(nil), dl.Record.Headers...)
+	return append(h,
+		Header{HeaderSink, []byte(dl.Sink)},
+		Header{HeaderReason, []byte(dl.Reason)},
+		Header{HeaderDetail, []byte(detail)},
+		Header{HeaderAttempts, []byte(strconv.Itoa(dl.Attempts))},
+		Header{HeaderLastStatus, []byte(strconv.Itoa(dl.LastStatus))},
+		Header{HeaderIdempotencyKey, []byte(dl.IdempotencyKey)},
+		Header{HeaderSourceTopic, []byte(dl.Record.Topic)},
+		Header{HeaderSourcePart, []byte(strconv.Itoa(int(dl.Record.Partition)))},
+		Header{HeaderSourceOffset, []byte(strconv.FormatInt(dl.Record.Offset, 10))},
+		Header{HeaderSourceTS, []byte(strconv.FormatInt(dl.Record.Timestamp.UnixMilli(), 10))},
+	)
+}
