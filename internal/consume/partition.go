@@ -44,6 +44,7 @@ type part struct {
 	lastRecord time.Time // record timestamp of the last record consumed
 
 	// Of the open batch:
+	stats     batchStats
 	touched   bool
 	lastCL    *kgo.Record         // last changelog record produced in this batch
 	batchAcct pipeline.Accounting // acct as it will be once the batch commits
@@ -53,7 +54,7 @@ type part struct {
 // holds exactly its committed state.
 func loadPart(st *state.Store, stage *pipeline.Stage, p int32) (*part, error) {
 	win := stage.NewPartition()
-	pt := &part{id: p, win: win, acct: pipeline.Accounting{Version: 1}}
+	pt := &part{id: p, win: win, acct: pipeline.Accounting{Version: 1}, stats: newBatchStats()}
 	target, _, err := st.Checkpoint(p)
 	if err != nil {
 		return nil, err
@@ -79,4 +80,23 @@ func loadPart(st *state.Store, stage *pipeline.Stage, p int32) (*part, error) {
 	win.ClearDirty()
 	pt.batchAcct = pt.acct
 	return pt, nil
+}
+
+// batchStats are what a partition's records produced in the open batch,
+// counted into the metrics and the status page when the batch commits.
+type batchStats struct {
+	alerts map[string]int // alert revisions by status
+	dlq    map[string]int // dead letters by reason
+	vals   [][]byte       // alert values, for the status page
+	ts     []time.Time    // record timestamps of the records that caused alerts
+}
+
+func newBatchStats() batchStats {
+	return batchStats{alerts: map[string]int{}, dlq: map[string]int{}}
+}
+
+func (b *batchStats) reset() {
+	clear(b.alerts)
+	clear(b.dlq)
+	b.vals, b.ts = b.vals[:0], b.ts[:0]
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -50,6 +51,7 @@ type Processor struct {
 	onCmt   func()
 	abortFn func() bool
 	stage   *pipeline.Stage
+	workers int // partitions processed in parallel
 	store   *state.Store
 	sess    txn.Session
 	restore *changelogReader
@@ -63,13 +65,9 @@ type Processor struct {
 	fresh map[int32]bool // newly assigned, awaiting restore
 
 	// Of the open batch (Run's goroutine only):
-	inTxn       bool
-	txnStart    time.Time
-	batch       []*part
-	batchAlerts map[string]int
-	batchDLQ    map[string]int
-	batchVals   [][]byte    // alert values of the batch, for the status page
-	batchTS     []time.Time // record timestamps of the records that caused alerts
+	inTxn    bool
+	txnStart time.Time
+	batch    []*part
 
 	board    statusBoard
 	storeRef atomic.Pointer[state.Store] // for the scrape-time disk gauge
@@ -100,13 +98,11 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		onCmt:   o.OnCommit,
 		abortFn: o.AbortBatch,
 		stage:   stage,
+		workers: runtime.GOMAXPROCS(0),
 		input:   cfg.Topics.Input,
 		cl:      cfg.ChangelogTopic(),
 		parts:   map[int32]*part{},
 		fresh:   map[int32]bool{},
-
-		batchAlerts: map[string]int{},
-		batchDLQ:    map[string]int{},
 	}
 	if err := o.Metrics.Register(newCollector(p)); err != nil {
 		return nil, err
@@ -256,7 +252,18 @@ func (p *Processor) shutdown() error {
 	return nil
 }
 
+// processFetches runs the polled records through the pipeline. Each input
+// partition's records are handled by one goroutine, in offset order, on
+// that partition's own state; partitions run in parallel (up to GOMAXPROCS
+// at once). Nothing is shared between them but the transactional producer,
+// which is safe for concurrent use; a key's outputs come from one goroutine,
+// so their order is kept.
 func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) error {
+	type work struct {
+		pt *part
+		fp kgo.FetchTopicPartition
+	}
+	var todo []work
 	var err error
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if err != nil || len(fp.Records) == 0 {
@@ -269,23 +276,48 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 			err = fmt.Errorf("consume: records of partition %d arrived before its state was restored", fp.Partition)
 			return
 		}
-		if !p.inTxn {
-			if err = p.sess.Begin(); err != nil {
-				return
-			}
-			p.inTxn, p.txnStart = true, p.now()
-		}
-		if !pt.touched {
-			pt.touched = true
-			p.batch = append(p.batch, pt)
-		}
-		pt.endOffset = fp.LastStableOffset
-		for _, r := range fp.Records {
-			p.handle(ctx, pt, r)
-		}
-		pt.lastRecord = fp.Records[len(fp.Records)-1].Timestamp
+		todo = append(todo, work{pt, fp})
 	})
-	return err
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	if !p.inTxn {
+		if err := p.sess.Begin(); err != nil {
+			return err
+		}
+		p.inTxn, p.txnStart = true, p.now()
+	}
+	for _, w := range todo {
+		if !w.pt.touched {
+			w.pt.touched = true
+			p.batch = append(p.batch, w.pt)
+		}
+	}
+	run := func(w work) {
+		w.pt.endOffset = w.fp.LastStableOffset
+		for _, r := range w.fp.Records {
+			p.handle(ctx, w.pt, r)
+		}
+		w.pt.lastRecord = w.fp.Records[len(w.fp.Records)-1].Timestamp
+	}
+	if len(todo) == 1 || p.workers <= 1 {
+		for _, w := range todo {
+			run(w)
+		}
+		return nil
+	}
+	sem := make(chan struct{}, p.workers)
+	var wg sync.WaitGroup
+	for _, w := range todo {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			run(w)
+		}()
+	}
+	wg.Wait()
+	return nil
 }
 
 // handle runs one input record through the pipeline stage and produces its
@@ -306,12 +338,12 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 		switch o.Kind {
 		case pipeline.Alert:
 			rec.Topic = p.cfg.Topics.Alerts
-			p.batchAlerts[o.Status]++
-			p.batchVals = append(p.batchVals, o.Value)
-			p.batchTS = append(p.batchTS, r.Timestamp)
+			pt.stats.alerts[o.Status]++
+			pt.stats.vals = append(pt.stats.vals, o.Value)
+			pt.stats.ts = append(pt.stats.ts, r.Timestamp)
 		case pipeline.DeadLetter:
 			rec.Topic = p.cfg.Topics.DLQ
-			p.batchDLQ[o.Reason]++
+			pt.stats.dlq[o.Reason]++
 		case pipeline.TooLate:
 			rec.Topic = p.cfg.Topics.Late
 		}
@@ -415,23 +447,23 @@ func (p *Processor) commit(ctx context.Context) error {
 		})
 	}
 	now := p.now()
-	for _, ts := range p.batchTS {
-		p.met.AlertLatency.Observe(now.Sub(ts).Seconds())
+	for _, pt := range p.batch {
+		for _, ts := range pt.stats.ts {
+			p.met.AlertLatency.Observe(now.Sub(ts).Seconds())
+		}
+		p.board.addAlerts(pt.stats.vals)
+		for status, n := range pt.stats.alerts {
+			p.met.Alerts.WithLabelValues(status).Add(float64(n))
+		}
+		for reason, n := range pt.stats.dlq {
+			p.met.DeadLetters.WithLabelValues(reason).Add(float64(n))
+		}
+		pt.stats.reset()
 	}
-	p.board.addAlerts(p.batchVals)
 	p.board.mu.Lock()
 	p.board.cmts++
 	p.board.mu.Unlock()
-	p.batchVals, p.batchTS = p.batchVals[:0], p.batchTS[:0]
 	p.batch = p.batch[:0]
-	for status, n := range p.batchAlerts {
-		p.met.Alerts.WithLabelValues(status).Add(float64(n))
-	}
-	for reason, n := range p.batchDLQ {
-		p.met.DeadLetters.WithLabelValues(reason).Add(float64(n))
-	}
-	clear(p.batchAlerts)
-	clear(p.batchDLQ)
 	p.met.Transactions.WithLabelValues("committed").Inc()
 	if p.onCmt != nil {
 		p.onCmt()
@@ -480,9 +512,6 @@ func (p *Processor) reloadAll() error {
 		p.parts[id] = pt
 	}
 	p.batch = p.batch[:0]
-	clear(p.batchAlerts)
-	clear(p.batchDLQ)
-	p.batchVals, p.batchTS = p.batchVals[:0], p.batchTS[:0]
 	p.board.mu.Lock()
 	p.board.aborts++
 	p.board.mu.Unlock()
