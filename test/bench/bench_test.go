@@ -7,21 +7,30 @@ package bench
 //	at_least_once             the same, mode at_least_once
 //	exactly_once_2_instances  two processes of one group, exactly_once
 //	latency                   end-to-end alert latency at half the exactly_once throughput
+//	latency_low_rate          the same at a fixed low rate (10000 records/s), below saturation
 //
 // Throughput and ratios are against the ceiling measured in the same run.
 // Run it with
 //
 //	KAFKA_BOOTSTRAP=127.0.0.1:9192 go test -run x -bench . -benchtime 1x -timeout 20m ./test/bench/
 //
-// Knobs (environment): BENCH_RECORDS (preloaded records, default 600000),
-// BENCH_LATENCY_SECONDS (producing time of the latency run, default 45),
+// Knobs (environment): BENCH_RECORDS (preloaded records, default 1000000),
+// BENCH_LATENCY_SECONDS (producing time of the latency run, default 40),
 // BENCH_LATENCY_RATE (records/s of the latency run; default half the
-// measured exactly_once throughput), BENCH_MACHINES (simulated machines of
-// the preloaded stream, default 200).
+// measured exactly_once throughput), BENCH_LATENCY_LOW_RATE (records/s of
+// the second, low-rate latency run, default 10000; it produces for
+// min(BENCH_LATENCY_SECONDS, 30) s), BENCH_MACHINES (simulated machines of
+// the preloaded stream, default 200), BENCH_LOG_DIR (keep the processors'
+// logs and state there instead of in temporary directories).
+//
+// The testing package cuts a benchmark's b.Log output at 10 lines, so each
+// sub-benchmark logs a few long lines and the summary table is printed to
+// standard output at the end.
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
@@ -52,9 +61,10 @@ const (
 	// ratioTarget is the throughput target as a fraction of the ceiling.
 	ratioTarget = 0.5
 
-	defaultRecords        = 600_000
-	defaultLatencySeconds = 45
+	defaultRecords        = 1_000_000
+	defaultLatencySeconds = 40
 	defaultMachines       = 200
+	defaultLowRate        = 10_000
 )
 
 const noBroker = `bench: KAFKA_BOOTSTRAP is not set. The benchmarks need a real Kafka broker
@@ -100,6 +110,8 @@ func BenchmarkProcessor(b *testing.B) {
 		strings.Join(f.seeds, ","), f.brokerPID, loadavg(), runtime.GOMAXPROCS(0))
 
 	b.Run("ceiling", func(b *testing.B) {
+		f.preload(b) // once per run, not timed
+		b.ResetTimer()
 		for range b.N {
 			f.measureCeiling(b)
 		}
@@ -127,15 +139,23 @@ func BenchmarkProcessor(b *testing.B) {
 		}
 		r.report(b, f)
 	})
+	latencySecs := envInt(b, "BENCH_LATENCY_SECONDS", defaultLatencySeconds)
 	b.Run("latency", func(b *testing.B) {
 		rate := float64(envInt(b, "BENCH_LATENCY_RATE", 0))
 		if os.Getenv("BENCH_LATENCY_RATE") == "" {
 			rate = f.eosRate(b) / 2
 		}
-		dur := time.Duration(envInt(b, "BENCH_LATENCY_SECONDS", defaultLatencySeconds)) * time.Second
 		var r latRun
 		for range b.N {
-			r = f.latency(b, rate, dur)
+			r = f.latency(b, rate, time.Duration(latencySecs)*time.Second)
+		}
+		r.report(b, f)
+	})
+	b.Run("latency_low_rate", func(b *testing.B) {
+		rate := float64(envInt(b, "BENCH_LATENCY_LOW_RATE", defaultLowRate))
+		var r latRun
+		for range b.N {
+			r = f.latency(b, rate, time.Duration(min(latencySecs, 30))*time.Second)
 		}
 		r.report(b, f)
 	})
@@ -179,7 +199,6 @@ func (f *fixture) preload(b *testing.B) {
 func (f *fixture) measureCeiling(b *testing.B) {
 	b.Helper()
 	f.preload(b)
-	b.ResetTimer()
 	c0 := sampleCPU(f.brokerPID)
 	start := time.Now()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...),
@@ -204,7 +223,6 @@ func (f *fixture) measureCeiling(b *testing.B) {
 		fs.EachRecord(func(r *kgo.Record) { got++; bytes += int64(len(r.Key) + len(r.Value)) })
 	}
 	el := time.Since(start)
-	b.StopTimer()
 	d := c0.to(sampleCPU(f.brokerPID))
 	f.ceiling = float64(got) / el.Seconds()
 	note := fmt.Sprintf("%d records (%.1f MB key+value) in %v; machine CPU busy %.0f%%%s; load %s",
@@ -229,7 +247,10 @@ func (f *fixture) ceilingRate(b *testing.B) float64 {
 
 func (f *fixture) eosRate(b *testing.B) float64 {
 	if f.eos == 0 {
-		f.eos = f.runProcessor(b, "exactly_once", 1).rate()
+		r := f.runProcessor(b, "exactly_once", 1)
+		r.name += " (measured for the latency rate)"
+		r.describe(b, f)
+		f.eos = r.rate()
 	}
 	return f.eos
 }
@@ -270,7 +291,7 @@ func (f *fixture) runProcessor(b *testing.B, mode string, instances int) procRun
 	group := harness.UniqueName("bench-" + mode)
 	topics := []string{group + ".alerts", group + ".dlq", group + ".late", group + ".changelog"}
 	b.Cleanup(func() { deleteTopicsAndGroup(b, f.seeds, group, topics...) }) // after the processes are killed (LIFO)
-	dir := b.TempDir()
+	dir := workDir(b)
 	env := []string{
 		"PROCESSOR_BROKERS=" + strings.Join(f.seeds, ","),
 		"PROCESSOR_GROUP_ID=" + group,
@@ -286,6 +307,7 @@ func (f *fixture) runProcessor(b *testing.B, mode string, instances int) procRun
 	adm := kadm.NewClient(newClient(b, f.seeds))
 
 	b.ResetTimer()
+	b.StartTimer() // a ceiling or exactly_once run measured on demand before may have stopped it
 	c0 := sampleCPU(f.brokerPID)
 	start := time.Now()
 	var procs []*proc
@@ -342,10 +364,15 @@ func (r procRun) report(b *testing.B, f *fixture) {
 	b.ReportMetric(r.rate()/r.ceiling, "ratio")
 	b.ReportMetric(r.steadyRate(), "steady_records/s")
 	b.ReportMetric(r.steadyRate()/r.ceiling, "steady_ratio")
+	r.describe(b, f)
+}
+
+// describe logs the run and adds it to the summary table.
+func (r procRun) describe(b *testing.B, f *fixture) {
 	note := fmt.Sprintf("%d records in %v (first commit seen at %v; %.0f records/s = %.2fx after it); "+
-		"%.0f txns, commit (flush+end) mean %.1f ms p50 %.1f p99 %.1f; processor CPU %.1f s (%.0f µs/record); machine CPU busy %.0f%%%s; load %s",
+		"%.0f txns, commit (flush+end) mean %.1f ms p50 %.1f p99 %.1f, %.0f over 1 s; processor CPU %.1f s (%.1f µs/record); machine CPU busy %.0f%%%s; load %s",
 		r.n, r.total.Round(time.Millisecond), r.firstAt.Round(time.Millisecond), r.steadyRate(), r.steadyRate()/r.ceiling,
-		r.met.txnCommitted, ms(r.met.commitMean()), ms(r.met.commitQuantile(0.5)), ms(r.met.commitQuantile(0.99)),
+		r.met.txnCommitted, ms(r.met.commitMean()), ms(r.met.commitQuantile(0.5)), ms(r.met.commitQuantile(0.99)), r.met.slowCommits(),
 		r.procCPU.Seconds(), r.procCPU.Seconds()*1e6/float64(r.n), 100*r.cpu.busy, brokerNote(r.cpu), r.cpu.load)
 	b.Logf("bench: %s: %.0f records/s, %.2fx the ceiling: %s", r.name, r.rate(), r.rate()/r.ceiling, note)
 	f.row("processor "+r.name, fmt.Sprintf("%.0f records/s = %.2fx ceiling", r.rate(), r.rate()/r.ceiling), note)
@@ -365,6 +392,7 @@ type latRun struct {
 	procCPU             time.Duration
 	cpu                 cpuDelta
 	produceErrs, behind int64
+	series              string // p50/p99 per 5 s
 }
 
 // latency runs the processor (exactly_once) on a fresh topic while a Go
@@ -382,7 +410,7 @@ func (f *fixture) latency(b *testing.B, rate float64, dur time.Duration) latRun 
 	alertsTopic := group + ".alerts"
 	topics := []string{alertsTopic, group + ".dlq", group + ".late", group + ".changelog"}
 	b.Cleanup(func() { deleteTopicsAndGroup(b, f.seeds, group, topics...) })
-	dir := b.TempDir()
+	dir := workDir(b)
 	p := startProc(b, "bench-lat", f.bin, dir, []string{
 		"PROCESSOR_BROKERS=" + strings.Join(f.seeds, ","),
 		"PROCESSOR_GROUP_ID=" + group,
@@ -468,12 +496,18 @@ func (f *fixture) latency(b *testing.B, rate float64, dur time.Duration) latRun 
 	acks := make(map[po]time.Time, expect)
 	var ackMu sync.Mutex
 	var produceErrs atomic.Int64
-	prod := newClient(b, f.seeds, kgo.DefaultProduceTopic(input), kgo.ProducerLinger(0))
+	// Linger as `processor loadgen` (which wrote the throughput runs'
+	// input): latency is measured from the acknowledgement, so the linger
+	// is not part of it, and unbatched single-record produce requests would
+	// multiply the broker's and the processor's per-request CPU on a small
+	// machine.
+	prod := newClient(b, f.seeds, kgo.DefaultProduceTopic(input), kgo.ProducerLinger(5*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
 	time.Sleep(time.Second) // let the reader issue its first fetch
 
 	b.ResetTimer()
+	b.StartTimer() // a ceiling or exactly_once run measured on demand before may have stopped it
 	c0 := sampleCPU(f.brokerPID)
 	start := time.Now()
 	var produced int64
@@ -510,6 +544,9 @@ func (f *fixture) latency(b *testing.B, rate float64, dur time.Duration) latRun 
 	// the reader passed the end of the alerts topic.
 	adm := kadm.NewClient(newClient(b, f.seeds))
 	ends := endOffsets(b, adm, input)
+	if got := sum(ends); got != produced {
+		b.Fatalf("bench: %s holds %d records, want the %d produced", input, got, produced)
+	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if p.failed() {
@@ -559,6 +596,9 @@ func (f *fixture) latency(b *testing.B, rate float64, dur time.Duration) latRun 
 	r := latRun{rate: rate, achieved: float64(produced) / sent.Seconds(), produced: produced, drain: drain,
 		met: met, procCPU: procCPU, cpu: cpu, revisions: revisions, behind: behind}
 	warm := start.Add(5 * time.Second)
+	series := map[int][]time.Duration{} // 5 s slot of the trigger's ack -> latencies
+	ackMu.Lock()
+	defer ackMu.Unlock()
 	for _, s := range opens {
 		ack, ok := acks[po{s.partition, s.offset}]
 		if !ok {
@@ -567,12 +607,22 @@ func (f *fixture) latency(b *testing.B, rate float64, dur time.Duration) latRun 
 		}
 		d := s.at.Sub(ack)
 		r.lat = append(r.lat, d)
+		slot := int(ack.Sub(start) / (5 * time.Second))
+		series[slot] = append(series[slot], d)
 		if ack.After(warm) {
 			r.steady = append(r.steady, d)
 		}
 	}
 	slices.Sort(r.lat)
 	slices.Sort(r.steady)
+	var sb strings.Builder
+	for _, slot := range slices.Sorted(maps.Keys(series)) {
+		l := series[slot]
+		slices.Sort(l)
+		fmt.Fprintf(&sb, " [%d-%d s: %d, %.0f/%.0f]", 5*slot, 5*slot+5, len(l), ms(quantile(l, 0.5)), ms(quantile(l, 0.99)))
+	}
+	r.series = sb.String()
+	b.Logf("bench: latency by when the trigger was acknowledged [slot: alerts, p50/p99 ms]:%s", r.series)
 	if r.missing > 0 {
 		b.Errorf("bench: %d open alerts name a trigger record that was never acknowledged", r.missing)
 	}
@@ -596,14 +646,14 @@ func (r latRun) report(b *testing.B, f *fixture) {
 	}
 	note := fmt.Sprintf("rate %.0f records/s asked, %.0f achieved (%d records, %d sent >10 ms late); %d open alerts of %d revisions; "+
 		"p50 %.0f p90 %.0f p99 %.0f max %.0f ms; after the first 5 s (%d alerts): p50 %.0f p99 %.0f ms; %s the p99 target %v; "+
-		"drain after producing %v; %.0f txns, commit (flush+end) mean %.1f ms p50 %.1f p99 %.1f; processor CPU %.1f s; machine CPU busy %.0f%%%s; load %s",
+		"drain after producing %v; %.0f txns, commit (flush+end) mean %.1f ms p50 %.1f p99 %.1f, %.0f over 1 s; processor CPU %.1f s; machine CPU busy %.0f%%%s; load %s",
 		r.rate, r.achieved, r.produced, r.behind, len(r.lat), r.revisions,
 		q(r.lat, 0.5), q(r.lat, 0.9), q(r.lat, 0.99), q(r.lat, 1), len(r.steady), q(r.steady, 0.5), q(r.steady, 0.99), verdict, latencyTarget,
-		r.drain.Round(time.Millisecond), r.met.txnCommitted, ms(r.met.commitMean()), ms(r.met.commitQuantile(0.5)), ms(r.met.commitQuantile(0.99)),
+		r.drain.Round(time.Millisecond), r.met.txnCommitted, ms(r.met.commitMean()), ms(r.met.commitQuantile(0.5)), ms(r.met.commitQuantile(0.99)), r.met.slowCommits(),
 		r.procCPU.Seconds(), 100*r.cpu.busy, brokerNote(r.cpu), r.cpu.load)
 	b.Logf("bench: latency: %s", note)
 	f.row(fmt.Sprintf("alert latency at %.0f records/s (exactly_once)", r.achieved),
-		fmt.Sprintf("p50 %.0f / p90 %.0f / p99 %.0f / max %.0f ms (%d alerts)", q(r.lat, 0.5), q(r.lat, 0.9), q(r.lat, 0.99), q(r.lat, 1), len(r.lat)), note)
+		fmt.Sprintf("p50 %.0f / p90 %.0f / p99 %.0f / max %.0f ms (%d alerts)", q(r.lat, 0.5), q(r.lat, 0.9), q(r.lat, 0.99), q(r.lat, 1), len(r.lat)), note+"; per 5 s [slot: alerts, p50/p99 ms]:"+r.series)
 }
 
 // ---- summary ---------------------------------------------------------------------
@@ -620,5 +670,6 @@ func (f *fixture) printSummary(b *testing.B) {
 	tw.Flush()
 	fmt.Fprintf(&sb, "targets: processor >= %.1fx the ceiling; alert latency p99 <= %v (commit interval %v + 40 ms)",
 		ratioTarget, latencyTarget, commitInterval)
-	b.Logf("bench: summary (load average now %s)\n%s", loadavg(), sb.String())
+	// Printed, not logged: b.Log output of a benchmark is cut at 10 lines.
+	fmt.Printf("\nbench: summary (load average now %s)\n%s\n\n", loadavg(), sb.String())
 }

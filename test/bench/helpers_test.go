@@ -42,6 +42,25 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
+// workDir is where a sub-benchmark's processors keep their logs and state:
+// a new directory under BENCH_LOG_DIR when set (kept), else a temporary one.
+func workDir(b *testing.B) string {
+	b.Helper()
+	root := os.Getenv("BENCH_LOG_DIR")
+	if root == "" {
+		return b.TempDir()
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		b.Fatalf("bench: BENCH_LOG_DIR: %v", err)
+	}
+	dir, err := os.MkdirTemp(root, strings.NewReplacer("/", "_").Replace(b.Name())+"-")
+	if err != nil {
+		b.Fatalf("bench: BENCH_LOG_DIR: %v", err)
+	}
+	b.Logf("bench: processor logs and state in %s", dir)
+	return dir
+}
+
 // ---- topics and groups -------------------------------------------------------
 
 // createTopic creates a topic with partitions partitions and registers its
@@ -60,7 +79,25 @@ func createTopic(b *testing.B, owner testing.TB, seeds []string, name string, pa
 		b.Fatalf("bench: create topic %s: %v", name, err)
 	}
 	owner.Cleanup(func() { deleteTopicsAndGroup(owner, seeds, "", name) })
-	return name
+	// CreateTopics answers before every partition's leader serves it; a
+	// processor started in that window exits ("input topic does not
+	// exist"). Wait until the end offsets of every partition can be listed.
+	adm := kadm.NewClient(cl)
+	for {
+		listed, err := adm.ListEndOffsets(ctx, name)
+		if err == nil {
+			err = listed.Error()
+		}
+		n := 0
+		listed.Each(func(kadm.ListedOffset) { n++ })
+		if err == nil && n == int(partitions) {
+			return name
+		}
+		if ctx.Err() != nil {
+			b.Fatalf("bench: topic %s not served 30 s after its creation: %v", name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // deleteTopicsAndGroup deletes topics (missing ones are fine) and, if not
@@ -146,7 +183,7 @@ func committed(adm *kadm.Client, group, topic string, ends map[int32]int64) (at 
 		return nil, 0, false, err
 	}
 	at = map[int32]int64{}
-	done = true
+	done = len(ends) > 0
 	for p, end := range ends {
 		o := int64(-1)
 		if r, ok := offs.Lookup(topic, p); ok {
@@ -276,7 +313,7 @@ func (p *proc) stop(b *testing.B) time.Duration {
 		<-p.exited
 	}
 	if p.waitErr != nil {
-		b.Logf("bench: %s exited with %v after SIGTERM", p.name, p.waitErr)
+		b.Logf("bench: %s exited with %v after SIGTERM (want exit 0); last lines of its log:\n%s", p.name, p.waitErr, p.tail(8))
 	}
 	if st := p.cmd.ProcessState; st != nil {
 		return st.UserTime() + st.SystemTime()
@@ -376,6 +413,21 @@ func (m *procMetrics) commitQuantile(q float64) time.Duration {
 		prevLE, prevN = le, n
 	}
 	return time.Duration(prevLE * float64(time.Second))
+}
+
+// slowCommits counts the commits that took more than about a second (the
+// histogram bucket boundary at or above 1 s).
+func (m *procMetrics) slowCommits() float64 {
+	le := math.Inf(1)
+	for b := range m.buckets {
+		if b >= 1 && b < le {
+			le = b
+		}
+	}
+	if math.IsInf(le, 1) {
+		return 0
+	}
+	return m.commitCount - m.buckets[le]
 }
 
 func (m *procMetrics) commitMean() time.Duration {
