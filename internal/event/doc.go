@@ -11,6 +11,11 @@
 //     a codec-neutral view of the contract's fields (kind, text, number,
 //     exact-integer flag, raw text for messages). An Avro decoder in the
 //     Confluent wire format plugs in beside it and yields the same Fields.
+//   - scanner (scan.go) is JSONDecoder's single-pass validating JSON scanner:
+//     it accepts exactly what encoding/json's json.Valid accepts (plus the
+//     UTF-8 rule), without recursion, while the decoder picks the contract's
+//     members out of the top-level object. FuzzDecodeMatchesStdlib holds it
+//     to the json.Valid-based decoder it replaced.
 //   - Validator owns the rules: field types and ranges, the order of the
 //     reason codes, normalisation, the key check and clock_ahead. Rules live
 //     here once, not in each codec.

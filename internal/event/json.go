@@ -1,7 +1,6 @@
 package event
 
 import (
-	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 )
@@ -22,67 +21,104 @@ import (
 // The zero JSONDecoder is ready to use and safe for concurrent use.
 type JSONDecoder struct{}
 
-// Decode implements Decoder. It first checks the whole value with
-// json.Valid (iterative, so deep nesting cannot exhaust the stack), then
-// walks the top-level object once without building any tree: values of
-// unknown members are skipped, values of contract members are sliced out of
-// the input.
-func (JSONDecoder) Decode(value []byte) (Fields, error) {
-	var f Fields
-	if len(bytes.TrimLeft(value, " \t\r\n")) == 0 {
-		return f, decodeError("value is empty, want a JSON object")
+// Decode implements Decoder. It reads the value once, with a scanner that
+// validates all of it (RFC 8259, UTF-8, nesting depth) while it walks the
+// top-level object without building any tree: values of unknown members are
+// only validated, values of contract members are sliced out of the input.
+// Deep nesting cannot exhaust the stack: the scanner does not recurse.
+func (JSONDecoder) Decode(value []byte) (f Fields, err error) {
+	// Decode is small enough to be inlined into the wrapper that calls it
+	// through the Decoder interface, which then copies no Fields.
+	if e := decodeJSON(value, &f); e != nil {
+		return Fields{}, e
 	}
-	if !utf8.Valid(value) {
-		return f, decodeError("value is not valid UTF-8 (first bad byte at offset %d), want a JSON object", invalidUTF8At(value))
-	}
-	if !json.Valid(value) {
-		// Error path only: let encoding/json say what is wrong and where.
-		var raw json.RawMessage
-		err := json.Unmarshal(value, &raw)
-		msg := "syntax error"
-		if err != nil {
-			msg = err.Error()
-		}
-		return f, decodeError("value is not valid JSON (%s), want a JSON object", sanitize(msg))
-	}
-	i := skipWS(value, 0)
-	if value[i] != '{' {
-		return f, decodeError("value is a JSON %s, want a JSON object", kindOf(value[i]))
-	}
-	// The value is valid JSON: the walk below needs no error handling.
-	i = skipWS(value, i+1)
-	if value[i] == '}' {
-		return f, nil
-	}
-	for {
-		end := skipString(value, i)
-		name := value[i+1 : end-1]
-		if bytes.IndexByte(name, '\\') >= 0 {
-			name = unescape(value[i:end])
-		}
-		i = skipWS(value, end) // at ':'
-		i = skipWS(value, i+1) // at the value
-		end = skipValue(value, i)
-		if slot := f.field(name); slot != nil {
-			*slot = jsonField(value[i:end])
-		}
-		i = skipWS(value, end)
-		if value[i] == '}' {
-			return f, nil
-		}
-		i = skipWS(value, i+1) // after ','
-	}
+	return f, nil
 }
 
-// jsonField classifies one valid JSON value.
-func jsonField(raw []byte) Field {
-	fd := Field{Raw: raw}
+// decodeJSON is Decode, filling *f, which must be zero.
+func decodeJSON(value []byte, f *Fields) *Error {
+	s := scanner{data: value}
+	defer s.release()
+	// JSON-text = ws value ws, and the value must be an object.
+	if s.skipWS(); s.pos == len(value) {
+		return decodeError("value is empty, want a JSON object")
+	}
+	if value[s.pos] != '{' {
+		// Name what the value is, if it is JSON at all.
+		first := value[s.pos]
+		if !s.value() {
+			return s.err()
+		}
+		if s.skipWS(); s.pos != len(value) {
+			s.fail(s.pos, "after top-level value")
+			return s.err()
+		}
+		return decodeError("value is a JSON %s, want a JSON object", kindOf(first))
+	}
+	// object = '{' ws [ member *( ws ',' ws member ) ] ws '}'
+	s.push(true) // level 1 of maxDepth: cannot fail
+	s.skipWS()
+	if s.peek() == '}' {
+		s.pos++
+	} else {
+		for {
+			lit, escaped, ok := s.name()
+			if !ok {
+				return s.err()
+			}
+			name := lit[1 : len(lit)-1]
+			if escaped {
+				name = unescape(lit)
+			}
+			// member = string ws ':' ws value: scan (and validate) the value
+			// whatever it is; keep it if the contract names the member.
+			start := s.pos
+			slot := f.field(name)
+			escaped = false
+			if slot != nil && s.peek() == '"' {
+				escaped, ok = s.str() // setJSON unescapes only if needed
+			} else {
+				ok = s.value()
+			}
+			if !ok {
+				return s.err()
+			}
+			if slot != nil {
+				slot.setJSON(value[start:s.pos], escaped)
+			}
+			s.skipWS()
+			if c := s.peek(); c == '}' {
+				s.pos++
+				break
+			} else if c != ',' {
+				s.fail(s.pos, "after object key:value pair")
+				return s.err()
+			}
+			s.pos++
+			s.skipWS()
+		}
+	}
+	s.depth--
+	// Only whitespace may follow the object.
+	if s.skipWS(); s.pos != len(value) {
+		s.fail(s.pos, "after top-level value")
+		return s.err()
+	}
+	return nil
+}
+
+// setJSON sets fd to the valid JSON value raw, replacing what fd held (a
+// repeated member's last occurrence wins); escaped reports a string literal
+// with escapes. It writes fd in place, saving the copy of a returned Field.
+func (fd *Field) setJSON(raw []byte, escaped bool) {
+	*fd = Field{Raw: raw}
 	switch raw[0] {
 	case '"':
 		fd.Kind = KindString
-		fd.Text = raw[1 : len(raw)-1]
-		if bytes.IndexByte(fd.Text, '\\') >= 0 {
+		if escaped {
 			fd.Text = unescape(raw)
+		} else {
+			fd.Text = raw[1 : len(raw)-1]
 		}
 	case '{':
 		fd.Kind = KindObject
@@ -96,7 +132,6 @@ func jsonField(raw []byte) Field {
 		fd.Kind = KindNumber
 		fd.Num, fd.Int, fd.IsInt = parseNumber(raw)
 	}
-	return fd
 }
 
 // unescape decodes a valid JSON string literal that contains escapes (rare:
@@ -104,70 +139,10 @@ func jsonField(raw []byte) Field {
 func unescape(lit []byte) []byte {
 	var s string
 	if err := json.Unmarshal(lit, &s); err != nil {
-		// Unreachable for a literal taken from a json.Valid document.
+		// Unreachable for a literal the scanner accepted.
 		return lit[1 : len(lit)-1]
 	}
 	return []byte(s)
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// skipString returns the index just after the string literal starting at
-// b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for i++; ; i++ {
-		switch b[i] {
-		case '"':
-			return i + 1
-		case '\\':
-			i++ // skip the escaped byte; \uXXXX digits are plain
-		}
-	}
-}
-
-// skipValue returns the index just after the valid JSON value starting at
-// b[i]. Nested containers are skipped with a depth counter, not recursion.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-	default: // number, true, false, null
-		for i < len(b) {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\t', '\r', '\n':
-				return i
-			}
-			i++
-		}
-		return i
-	}
 }
 
 func kindOf(c byte) string {
