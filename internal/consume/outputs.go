@@ -124,7 +124,10 @@ func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, 
 		missing := ""
 		for _, name := range names {
 			td, ok := ready[name]
-			if !ok || td.Err != nil || int32(len(td.Partitions)) != parts {
+			// Output topics may have any partition count; the changelog
+			// must mirror the input (checked above).
+			if !ok || td.Err != nil || len(td.Partitions) == 0 ||
+				(name == cfg.ChangelogTopic() && int32(len(td.Partitions)) != parts) {
 				missing = name
 				break
 			}
