@@ -11,15 +11,17 @@ const mod = "github.com/vibeline/processor/"
 // forbidden maps a package to import-path prefixes it must never depend on,
 // directly or transitively.
 var forbidden = map[string][]string{
-	"internal/window":   {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/alerts", mod + "internal/event"},
-	"internal/event":    {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus"},
-	"internal/alerts":   {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/consume", mod + "internal/window"},
-	"internal/pipeline": {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/consume"},
-	"internal/config":   {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble"},
-	"internal/state":    {"github.com/twmb/franz-go", mod + "internal/window", mod + "internal/consume"},
-	"internal/txn":      {mod + "internal/window", mod + "internal/pipeline", mod + "internal/state"},
-	"internal/metrics":  {mod + "internal/window", mod + "internal/consume"},
-	"internal/sim":      {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble"},
+	"internal/window":    {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/alerts", mod + "internal/event"},
+	"internal/event":     {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus"},
+	"internal/alerts":    {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/consume", mod + "internal/window"},
+	"internal/pipeline":  {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/consume"},
+	"internal/config":    {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble"},
+	"internal/state":     {"github.com/twmb/franz-go", mod + "internal/window", mod + "internal/consume"},
+	"internal/txn":       {mod + "internal/window", mod + "internal/pipeline", mod + "internal/state"},
+	"internal/metrics":   {mod + "internal/window", mod + "internal/consume"},
+	"internal/sim":       {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble"},
+	"internal/aggwindow": {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/alerts", mod + "internal/event"},
+	"internal/rules":     {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/consume"},
 }
 
 func TestDependencyDirection(t *testing.T) {

@@ -1,0 +1,232 @@
+package aggwindow
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// Exact summation.
+//
+// A sum is kept as a list of non-overlapping float64 partials in increasing
+// magnitude whose exact sum is the exact sum of the values added
+// (Shewchuk, "Adaptive precision floating-point arithmetic and fast robust
+// geometric predicates", 1997; the msum/fsum of Python's math module). The
+// partials' exact sum, rounded once to nearest-even, is independent of the
+// order in which values were added, so sums and averages of a window depend
+// only on its set of events. Usually one or two partials; at most about 40.
+//
+// Values are multiplied by 2^-64 before they are added (exact for every
+// value of magnitude 2^-958 or more; a smaller one may be rounded, the same
+// way whatever the order) so that no partial can overflow: the sum of fewer than
+// 2^63 values of magnitude below 2^960 stays below 2^1023. The rounded sum is
+// multiplied back by 2^64, which overflows to ±Inf only when the true sum is
+// beyond the float64 range.
+
+const (
+	sumScale   = 0x1p-64
+	sumUnscale = 0x1p64
+)
+
+// addPartial adds x (already scaled) to the partials ps and returns them.
+func addPartial(ps []float64, x float64) []float64 {
+	i := 0
+	for _, y := range ps {
+		if math.Abs(x) < math.Abs(y) {
+			x, y = y, x
+		}
+		hi := x + y
+		lo := y - (hi - x)
+		if lo != 0 {
+			ps[i] = lo
+			i++
+		}
+		x = hi
+	}
+	return append(ps[:i], x)
+}
+
+// sumPartials returns the exact sum of the partials rounded to nearest-even
+// (Python's fsum, final step).
+func sumPartials(ps []float64) float64 {
+	n := len(ps)
+	if n == 0 {
+		return 0
+	}
+	n--
+	hi := ps[n]
+	var lo float64
+	for n > 0 {
+		x := hi
+		n--
+		y := ps[n]
+		hi = x + y
+		yr := hi - x
+		lo = y - yr
+		if lo != 0 {
+			break
+		}
+	}
+	// Half-even rounding across partials: if the rest points the same way as
+	// lo, hi + 2*lo is the correctly rounded result when it is exact.
+	if n > 0 && ((lo < 0 && ps[n-1] < 0) || (lo > 0 && ps[n-1] > 0)) {
+		y := lo * 2
+		x := hi + y
+		if yr := x - hi; y == yr {
+			hi = x
+		}
+	}
+	return hi
+}
+
+// aggState is a window's aggregate.
+type aggState struct {
+	count    int
+	partials []float64 // Sum, Avg: the scaled partials
+	ext      float64   // Min, Max: the extreme value
+}
+
+func (a *aggState) add(fn Fn, v float64) {
+	switch fn {
+	case Sum, Avg:
+		a.partials = addPartial(a.partials, v*sumScale)
+	case Min:
+		if a.count == 0 {
+			a.ext = v
+		} else {
+			a.ext = math.Min(a.ext, v)
+		}
+	case Max:
+		if a.count == 0 {
+			a.ext = v
+		} else {
+			a.ext = math.Max(a.ext, v)
+		}
+	}
+	a.count++
+}
+
+// merge adds b's events to a.
+func (a *aggState) merge(fn Fn, b *aggState) {
+	switch fn {
+	case Sum, Avg:
+		for _, p := range b.partials {
+			a.partials = addPartial(a.partials, p)
+		}
+	case Min:
+		a.ext = math.Min(a.ext, b.ext)
+	case Max:
+		a.ext = math.Max(a.ext, b.ext)
+	}
+	a.count += b.count
+}
+
+// value returns the aggregate; a has count >= 1.
+func (a *aggState) value(fn Fn) float64 {
+	switch fn {
+	case Count:
+		return float64(a.count)
+	case Sum:
+		return sumPartials(a.partials) * sumUnscale
+	case Avg:
+		return sumPartials(a.partials) / float64(a.count) * sumUnscale
+	default:
+		return a.ext
+	}
+}
+
+// cmpValue orders float64 values with -0 before +0 (NaN never occurs).
+func cmpValue(a, b float64) int {
+	if a < b {
+		return -1
+	}
+	if a > b {
+		return 1
+	}
+	return cmp.Compare(b2i(!math.Signbit(a)), b2i(!math.Signbit(b)))
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// cmpRest completes the evidence orders to a total order on every field.
+func cmpRest(a, b *Evidence) int {
+	if c := cmp.Compare(a.TS, b.TS); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.EventID, b.EventID); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.SensorID, b.SensorID); c != 0 {
+		return c
+	}
+	if c := cmpValue(a.Value, b.Value); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Partition, b.Partition); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Offset, b.Offset)
+}
+
+// evidenceOrder returns the order in which fn picks evidence: the first
+// EvidenceLimit events in it are the evidence.
+func evidenceOrder(fn Fn) func(a, b *Evidence) int {
+	switch fn {
+	case Min:
+		return func(a, b *Evidence) int {
+			if c := cmpValue(a.Value, b.Value); c != 0 {
+				return c
+			}
+			return cmpRest(a, b)
+		}
+	case Max:
+		return func(a, b *Evidence) int {
+			if c := cmpValue(b.Value, a.Value); c != 0 {
+				return c
+			}
+			return cmpRest(a, b)
+		}
+	default:
+		return cmpRest
+	}
+}
+
+// addEvidence inserts e into the sorted evidence ev, keeping at most limit.
+func addEvidence(ev []Evidence, e Evidence, limit int, order func(a, b *Evidence) int) []Evidence {
+	if limit == 0 {
+		return ev
+	}
+	n := len(ev)
+	if n == limit && order(&ev[n-1], &e) <= 0 {
+		return ev
+	}
+	i, _ := slices.BinarySearchFunc(ev, e, func(x, y Evidence) int { return order(&x, &y) })
+	if n == limit {
+		copy(ev[i+1:], ev[i:n-1])
+		ev[i] = e
+		return ev
+	}
+	return slices.Insert(ev, i, e)
+}
+
+// mergeEvidence returns the first limit events of the union of the sorted
+// lists a and b.
+func mergeEvidence(a, b []Evidence, limit int, order func(a, b *Evidence) int) []Evidence {
+	out := make([]Evidence, 0, min(limit, len(a)+len(b)))
+	i, j := 0, 0
+	for len(out) < limit && (i < len(a) || j < len(b)) {
+		if j == len(b) || (i < len(a) && order(&a[i], &b[j]) <= 0) {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	return out
+}

@@ -1,0 +1,411 @@
+package aggwindow
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Partition is the windowed state of one rule over one input partition:
+// the watermark and, per key, the windows that can still change. It is not
+// safe for concurrent use.
+type Partition struct {
+	cfg   Config
+	adv   int64                    // hop of fixed windows
+	order func(a, b *Evidence) int // evidence order of cfg.Fn
+
+	wm   int64
+	keys map[string]*keyState
+	due  dueQueue // every live window, by (a lower bound of) its end
+
+	dirtyKeys []string // may hold repeats; Dirty sorts and compacts
+	dirtyMeta bool
+
+	nWindows, nFired int // for Stats
+}
+
+// keyState is the state of one key.
+type keyState struct {
+	key string
+	// wins are the key's live windows sorted by start. Fixed windows have
+	// distinct starts aligned to the hop; sessions are disjoint with
+	// next.start >= previous.last + gap (else they would have merged).
+	wins  []*win
+	dirty bool // listed in Partition.dirtyKeys
+}
+
+// win is one live window (or session).
+type win struct {
+	ks       *keyState
+	start    int64
+	last     int64 // sessions: ts of the latest event; unused by fixed windows
+	agg      aggState
+	evidence []Evidence // sorted by the evidence order, at most EvidenceLimit
+
+	fired   bool
+	alertID string // when fired
+	rev     int    // when fired: the last emitted revision
+
+	queued bool  // has an entry in Partition.due ...
+	qAt    int64 // ... at this end (<= the window's end)
+	dead   bool  // closed or merged away; its queue entry is stale
+}
+
+// NewPartition returns an empty partition (watermark NoWatermark) for cfg.
+func NewPartition(cfg Config) (*Partition, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Partition{
+		cfg:   cfg,
+		adv:   cfg.advance(),
+		order: evidenceOrder(cfg.Fn),
+		wm:    NoWatermark,
+		keys:  make(map[string]*keyState),
+	}, nil
+}
+
+// Watermark returns the partition watermark W (NoWatermark before any
+// record).
+func (p *Partition) Watermark() int64 { return p.wm }
+
+// Process handles one record that passed decoding and validation, in the
+// SPEC's order: lateness, apply, watermark, close. qualifies is the filter's
+// verdict, computed by the caller; the caller also deduplicates, and passes a
+// duplicate with qualifies = false (counting it as a duplicate, not as
+// Filtered): every record moves the watermark, W = max(W, ts - D), and then
+// every window with W - L >= end closes.
+//
+// A qualifying event with ts < W - L (W before the record) is TooLate and
+// changes no window; otherwise it is applied to its windows (late when
+// ts < W). An event with ts outside [MinTS, MaxTS] or a value that is not
+// finite is OutOfRange and changes nothing.
+func (p *Partition) Process(ev Event, qualifies bool) Result {
+	w := p.wm
+	res := Result{Watermark: w}
+	if ev.TS < w {
+		res.LatenessMs = subSat(w, ev.TS)
+	}
+	if ev.TS < MinTS || ev.TS > MaxTS || math.IsNaN(ev.Value) || math.IsInf(ev.Value, 0) {
+		res.Outcome = OutOfRange
+		return res
+	}
+	switch {
+	case !qualifies:
+		res.Outcome = Filtered
+	case ev.TS < subSat(w, p.cfg.LatenessMs):
+		res.Outcome = TooLate
+	default:
+		res.Outcome = Processed
+		res.Revisions = p.apply(&ev, w)
+	}
+	if nw := ev.TS - p.cfg.DelayMs; nw > p.wm { // no overflow: see the bounds
+		p.wm = nw
+		p.dirtyMeta = true
+	}
+	res.Revisions = p.closeDue(res.Revisions)
+	return res
+}
+
+// Advance moves the watermark to w if that is later (W never decreases)
+// and closes every window with W - L >= end, returning the Closed
+// revisions. Use it at the end of input (Advance(math.MaxInt64) closes
+// everything), for idle partitions, or for a watermark strategy computed
+// outside.
+func (p *Partition) Advance(w int64) []Revision {
+	if w > p.wm {
+		p.wm = w
+		p.dirtyMeta = true
+	}
+	return p.closeDue(nil)
+}
+
+// apply adds a qualifying event to its key's windows and returns the
+// revisions that causes; w is W before the record.
+func (p *Partition) apply(ev *Event, w int64) []Revision {
+	ks := p.keys[ev.Key]
+	if ks == nil {
+		ks = &keyState{key: ev.Key}
+		p.keys[ev.Key] = ks
+	}
+	p.markDirty(ks)
+	late := ev.TS < w
+	e := Evidence{EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value, Partition: ev.Partition, Offset: ev.Offset}
+	if p.cfg.Kind == Session {
+		return p.applySession(ks, &e, late, w)
+	}
+	return p.applyFixed(ks, &e, late, w)
+}
+
+// applyFixed adds e to every tumbling or hopping window that contains it,
+// in order of start. All of them are live: a window closes at
+// W - L >= end, and e has ts >= W - L and ts < end.
+func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []Revision {
+	var revs []Revision
+	size := p.cfg.SizeMs
+	kLo, kHi := floorDiv(e.TS-size, p.adv)+1, floorDiv(e.TS, p.adv)
+	i, _ := slices.BinarySearchFunc(ks.wins, kLo*p.adv, func(x *win, s int64) int { return cmp.Compare(x.start, s) })
+	for k := kLo; k <= kHi; k++ {
+		start := k * p.adv
+		var wn *win
+		if i < len(ks.wins) && ks.wins[i].start == start {
+			wn = ks.wins[i]
+		} else {
+			wn = &win{ks: ks, start: start}
+			ks.wins = slices.Insert(ks.wins, i, wn)
+			p.nWindows++
+			p.queue(wn)
+		}
+		i++
+		had := wn.agg.count > 0
+		var before float64
+		if had {
+			before = wn.agg.value(p.cfg.Fn)
+		}
+		wn.agg.add(p.cfg.Fn, e.Value)
+		wn.evidence = addEvidence(wn.evidence, *e, p.cfg.EvidenceLimit, p.order)
+		after := wn.agg.value(p.cfg.Fn)
+		revs = p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
+	}
+	return revs
+}
+
+// applySession adds e to the session(s) whose interval [start, last+gap)
+// overlaps [ts, ts+gap): none (a new session), one (extended), or two
+// (bridged and merged; with disjoint sessions at least gap apart one event
+// cannot reach three).
+func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) []Revision {
+	gap, fn, t := p.cfg.GapMs, p.cfg.Fn, e.TS
+	wins := ks.wins
+	// Sessions are disjoint, so sorted by last as well as by start.
+	i0, _ := slices.BinarySearchFunc(wins, t, func(x *win, t int64) int {
+		if x.last+gap > t {
+			return 1
+		}
+		return -1
+	})
+	i1 := i0
+	for i1 < len(wins) && wins[i1].start < t+gap {
+		i1++
+	}
+	if i1 == i0 {
+		wn := &win{ks: ks, start: t, last: t}
+		wn.agg.add(fn, e.Value)
+		wn.evidence = addEvidence(wn.evidence, *e, p.cfg.EvidenceLimit, p.order)
+		ks.wins = slices.Insert(ks.wins, i0, wn)
+		p.nWindows++
+		p.queue(wn)
+		return p.judge(wn, wn.agg.value(fn), true, late, w, nil)
+	}
+
+	group := slices.Clone(wins[i0:i1])
+	// The survivor is the earliest fired session, else the earliest.
+	sv := group[0]
+	for _, g := range group {
+		if g.fired {
+			sv = g
+			break
+		}
+	}
+	before, oldStart := sv.agg.value(fn), sv.start
+	var absorbedFired []*win
+	for _, g := range group {
+		if g == sv {
+			continue
+		}
+		sv.agg.merge(fn, &g.agg)
+		sv.evidence = mergeEvidence(sv.evidence, g.evidence, p.cfg.EvidenceLimit, p.order)
+		sv.start = min(sv.start, g.start)
+		sv.last = max(sv.last, g.last)
+		g.dead = true
+		p.nWindows--
+		if g.fired {
+			absorbedFired = append(absorbedFired, g)
+		}
+	}
+	sv.agg.add(fn, e.Value)
+	sv.evidence = addEvidence(sv.evidence, *e, p.cfg.EvidenceLimit, p.order)
+	sv.start = min(sv.start, t)
+	sv.last = max(sv.last, t)
+	if len(group) > 1 {
+		ks.wins = slices.Replace(ks.wins, i0, i1, sv)
+	}
+	p.queue(sv)
+
+	if len(absorbedFired) == 0 {
+		after := sv.agg.value(fn)
+		return p.judge(sv, after, sv.start != oldStart || math.Float64bits(before) != math.Float64bits(after), late, w, nil)
+	}
+	// Two or more fired sessions chained: the survivor always reports the
+	// union, then each absorbed one is merged into it.
+	sv.rev++
+	revs := []Revision{p.revision(sv, Updated, "", late, w)}
+	for _, g := range absorbedFired {
+		g.rev++
+		revs = append(revs, p.revision(g, Merged, sv.alertID, late, w))
+		p.nFired--
+	}
+	return revs
+}
+
+// judge emits what a change to wn causes: Open when it fires for the first
+// time, Updated when a fired window changed and still fires. agg is wn's
+// aggregate.
+func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, revs []Revision) []Revision {
+	fires := p.cfg.Fires(agg, wn.agg.count)
+	switch {
+	case !wn.fired && fires:
+		wn.fired, wn.rev = true, 0
+		wn.alertID = p.cfg.AlertID(wn.ks.key, wn.start)
+		p.nFired++
+		revs = append(revs, p.revision(wn, Open, "", late, w))
+	case wn.fired && changed && fires:
+		wn.rev++
+		revs = append(revs, p.revision(wn, Updated, "", late, w))
+	}
+	return revs
+}
+
+func (p *Partition) end(wn *win) int64 {
+	if p.cfg.Kind == Session {
+		return wn.last + p.cfg.GapMs
+	}
+	return wn.start + p.cfg.SizeMs
+}
+
+func (p *Partition) revision(wn *win, st Status, mergedInto string, late bool, wm int64) Revision {
+	var ev []Evidence
+	if len(wn.evidence) > 0 {
+		ev = slices.Clone(wn.evidence)
+	}
+	return Revision{
+		AlertID:    wn.alertID,
+		Revision:   wn.rev,
+		Status:     st,
+		MergedInto: mergedInto,
+		Key:        wn.ks.key,
+		Start:      wn.start,
+		End:        p.end(wn),
+		Agg:        wn.agg.value(p.cfg.Fn),
+		Count:      wn.agg.count,
+		Evidence:   ev,
+		Late:       late,
+		Watermark:  wm,
+	}
+}
+
+// queue makes sure wn has an entry in the due queue at or before its end.
+// Ends only grow, so an existing entry stays valid; closeDue re-queues a
+// window whose entry came due before its end.
+func (p *Partition) queue(wn *win) {
+	if !wn.queued {
+		wn.queued, wn.qAt = true, p.end(wn)
+		p.due.push(dueEntry{at: wn.qAt, w: wn})
+	}
+}
+
+// closeDue closes every window with W - L >= end: fired ones emit Closed
+// in order of (end, alert_id), the others are dropped. The state then
+// holds only windows that an applicable event can still reach.
+func (p *Partition) closeDue(revs []Revision) []Revision {
+	thr := subSat(p.wm, p.cfg.LatenessMs)
+	var closing []*win
+	for len(p.due) > 0 && p.due[0].at <= thr {
+		e := p.due.pop()
+		wn := e.w
+		if wn.dead || !wn.queued || wn.qAt != e.at {
+			continue // stale
+		}
+		wn.queued = false
+		if end := p.end(wn); end > thr {
+			p.queue(wn) // the window grew since it was queued
+			continue
+		}
+		closing = append(closing, wn)
+	}
+	if len(closing) == 0 {
+		return revs
+	}
+	slices.SortFunc(closing, func(a, b *win) int {
+		if c := cmp.Compare(p.end(a), p.end(b)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.alertID, b.alertID); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.ks.key, b.ks.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.start, b.start)
+	})
+	for _, wn := range closing {
+		if wn.fired {
+			wn.rev++
+			revs = append(revs, p.revision(wn, Closed, "", false, p.wm))
+			p.nFired--
+		}
+		p.remove(wn)
+	}
+	return revs
+}
+
+// remove deletes a closed window from its key, and the key when it has no
+// window left.
+func (p *Partition) remove(wn *win) {
+	wn.dead = true
+	ks := wn.ks
+	if i, ok := slices.BinarySearchFunc(ks.wins, wn.start, func(x *win, s int64) int { return cmp.Compare(x.start, s) }); ok && ks.wins[i] == wn {
+		ks.wins = slices.Delete(ks.wins, i, i+1)
+		p.nWindows--
+	}
+	p.markDirty(ks)
+	if len(ks.wins) == 0 {
+		delete(p.keys, ks.key)
+	}
+}
+
+func (p *Partition) markDirty(ks *keyState) {
+	if !ks.dirty {
+		ks.dirty = true
+		p.dirtyKeys = append(p.dirtyKeys, ks.key)
+	}
+}
+
+// Dirty returns the keys whose state changed since the last ClearDirty,
+// sorted, and whether the partition meta (the watermark) changed. A returned
+// key whose EncodeKey is nil was deleted.
+func (p *Partition) Dirty() (keys []string, meta bool) {
+	keys = slices.Clone(p.dirtyKeys)
+	slices.Sort(keys)
+	return slices.Compact(keys), p.dirtyMeta
+}
+
+// ClearDirty forgets what Dirty reported (call it after persisting).
+func (p *Partition) ClearDirty() {
+	for _, k := range p.dirtyKeys {
+		if ks := p.keys[k]; ks != nil {
+			ks.dirty = false
+		}
+	}
+	clear(p.dirtyKeys)
+	p.dirtyKeys = p.dirtyKeys[:0]
+	p.dirtyMeta = false
+}
+
+// Stats counts the partition's state.
+type Stats struct {
+	Keys    int // keys with at least one live window
+	Windows int // live windows (sessions)
+	Fired   int // live windows that fired: open alerts
+}
+
+// Stats returns the current counts. O(1).
+func (p *Partition) Stats() Stats {
+	return Stats{Keys: len(p.keys), Windows: p.nWindows, Fired: p.nFired}
+}
+
+// String is for debugging.
+func (p *Partition) String() string {
+	return fmt.Sprintf("aggwindow.Partition{%s, W: %d, keys: %d, windows: %d}", p.cfg.Kind, p.wm, len(p.keys), p.nWindows)
+}

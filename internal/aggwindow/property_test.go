@@ -1,0 +1,273 @@
+package aggwindow
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+var allKinds = []Kind{Tumbling, Hopping, Session}
+
+// forEachConfig runs body for seeds x kinds x fns with a fixed-seed rng.
+func forEachConfig(t *testing.T, seeds uint64, body func(t *testing.T, rng *rand.Rand, cfg Config)) {
+	for _, kind := range allKinds {
+		for _, fn := range allFns {
+			t.Run(fmt.Sprintf("%s/%s", kind, fn), func(t *testing.T) {
+				for seed := range seeds {
+					rng := rand.New(rand.NewPCG(seed, uint64(kind)<<8|uint64(fn)))
+					cfg := genConfig(rng, kind, fn)
+					body(t, rng, cfg)
+				}
+			})
+		}
+	}
+}
+
+// TestReference: after all events and a final watermark advance, the
+// closed windows (key, start, end, aggregate, count, evidence) are exactly
+// the brute-force windows of the applied events whose final aggregate
+// satisfies the (monotone) predicate. Arrival orders include too-late
+// events; the applied set is what Process reported as Processed.
+func TestReference(t *testing.T) {
+	forEachConfig(t, 60, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		p := mustPartition(t, cfg)
+		evs := arrive(rng, genEvents(rng, 1+rng.IntN(3), 10+rng.IntN(60), int64(rng.IntN(3)-1)*50, 200), int64(rng.IntN(120)))
+		revs, applied := run(t, p, evs)
+		checkRevisions(t, revs)
+		var want []refWin
+		for _, w := range reference(cfg, applied) {
+			if cfg.Fires(w.agg, w.count) {
+				want = append(want, w)
+			}
+		}
+		got := closedWins(revs)
+		if !slices.EqualFunc(got, want, sameWin) {
+			t.Fatalf("config %+v\nclosed windows:\n%v\nreference:\n%v", cfg, got, want)
+		}
+		if st := p.Stats(); st != (Stats{}) {
+			t.Fatalf("state left after the final advance: %+v", st)
+		}
+	})
+}
+
+// TestReferenceNonMonotone: with a predicate that can become false again
+// (avg above a level, min above a level), every closed window still
+// carries the brute-force aggregate, and every window whose final
+// aggregate satisfies the predicate closed.
+func TestReferenceNonMonotone(t *testing.T) {
+	for _, kind := range allKinds {
+		for _, fn := range []Fn{Avg, Min, Sum} {
+			t.Run(fmt.Sprintf("%s/%s", kind, fn), func(t *testing.T) {
+				for seed := range uint64(60) {
+					rng := rand.New(rand.NewPCG(seed, 77))
+					cfg := genConfig(rng, kind, fn)
+					level := rng.Float64() * 8
+					cfg.Fires = func(agg float64, _ int) bool { return agg >= level }
+					p := mustPartition(t, cfg)
+					evs := genEvents(rng, 2, 10+rng.IntN(60), 0, 200)
+					for i := range evs {
+						if fn == Sum && rng.IntN(3) == 0 {
+							evs[i].Value = -evs[i].Value // sums that go down
+						}
+					}
+					revs, applied := run(t, p, arrive(rng, evs, int64(rng.IntN(100))))
+					checkRevisions(t, revs)
+					ref := map[[2]any]refWin{}
+					for _, w := range reference(cfg, applied) {
+						ref[[2]any{w.key, w.start}] = w
+					}
+					closed := map[[2]any]bool{}
+					for _, w := range closedWins(revs) {
+						if r, ok := ref[[2]any{w.key, w.start}]; !ok || !sameWin(w, r) {
+							t.Fatalf("closed %v, reference %v", w, r)
+						}
+						closed[[2]any{w.key, w.start}] = true
+					}
+					for k, w := range ref {
+						if cfg.Fires(w.agg, w.count) && !closed[k] {
+							t.Fatalf("window %v satisfies the predicate but did not close", w)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestOrderIndependence: when every event arrives within the allowed
+// lateness, the closed windows do not depend on the arrival order; for
+// tumbling and hopping windows neither do the alert ids.
+func TestOrderIndependence(t *testing.T) {
+	forEachConfig(t, 30, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		cfg.LatenessMs = 1000 // > the span of the events: nothing is too late
+		evs := genEvents(rng, 1+rng.IntN(3), 10+rng.IntN(50), 0, 300)
+		var first []Revision
+		for perm := range 6 {
+			order := slices.Clone(evs)
+			if perm > 0 {
+				rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			}
+			p := mustPartition(t, cfg)
+			revs, applied := run(t, p, order)
+			if len(applied) != len(evs) {
+				t.Fatalf("%d of %d events applied", len(applied), len(evs))
+			}
+			closed := closedRevs(revs)
+			if perm == 0 {
+				first = closed
+				continue
+			}
+			if len(closed) != len(first) {
+				t.Fatalf("permutation %d: %d closed, first order %d", perm, len(closed), len(first))
+			}
+			for i := range closed {
+				a, b := closed[i], first[i]
+				if !sameWin(fromRevision(a), fromRevision(b)) || (cfg.Kind != Session && a.AlertID != b.AlertID) {
+					t.Fatalf("permutation %d: closed %+v, first order %+v", perm, a, b)
+				}
+			}
+		}
+	})
+}
+
+func closedRevs(revs []Revision) []Revision {
+	var out []Revision
+	for _, r := range revs {
+		if r.Status == Closed {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Revision) int {
+		if a.Key != b.Key {
+			if a.Key < b.Key {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Start - b.Start)
+	})
+	return out
+}
+
+// TestDeterminism: the same calls yield the same results.
+func TestDeterminism(t *testing.T) {
+	forEachConfig(t, 10, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		evs := arrive(rng, genEvents(rng, 3, 80, 0, 300), 80)
+		a, _ := run(t, mustPartition(t, cfg), evs)
+		b, _ := run(t, mustPartition(t, cfg), evs)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatal("two runs of the same input differ")
+		}
+	})
+}
+
+// TestEncodeRoundTrip: a partition persisted through Dirty/EncodeKey/
+// EncodeMeta after every record and reloaded at random points yields the
+// same results as one that never stopped, and ends in the same state.
+func TestEncodeRoundTrip(t *testing.T) {
+	forEachConfig(t, 20, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		evs := arrive(rng, genEvents(rng, 3, 60+rng.IntN(60), 0, 400), int64(rng.IntN(80)))
+		ref := mustPartition(t, cfg)
+		p := mustPartition(t, cfg)
+		store := map[string][]byte{}
+		var meta []byte
+		persist := func() {
+			keys, m := p.Dirty()
+			for _, k := range keys {
+				if b := p.EncodeKey(k); b != nil {
+					store[k] = b
+				} else {
+					delete(store, k)
+				}
+			}
+			if m {
+				meta = p.EncodeMeta()
+			}
+			p.ClearDirty()
+		}
+		for i, e := range evs {
+			q := i%4 != 3
+			want := ref.Process(e, q)
+			got := p.Process(e, q)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("record %d: after reloads\n got %+v\nwant %+v", i, got, want)
+			}
+			persist()
+			if rng.IntN(8) == 0 {
+				p = mustPartition(t, cfg)
+				if meta != nil {
+					if err := p.LoadMeta(meta); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for k, b := range store {
+					if err := p.LoadKey(k, b); err != nil {
+						t.Fatalf("reload %q: %v", k, err)
+					}
+				}
+				if p.Stats() != ref.Stats() {
+					t.Fatalf("reloaded stats %+v, uninterrupted %+v", p.Stats(), ref.Stats())
+				}
+			}
+		}
+		for k := range ref.keys {
+			if string(ref.EncodeKey(k)) != string(store[k]) {
+				t.Fatalf("key %q: persisted state differs from the uninterrupted one", k)
+			}
+		}
+		if len(store) != len(ref.keys) {
+			t.Fatalf("store has %d keys, the partition %d", len(store), len(ref.keys))
+		}
+		if !reflect.DeepEqual(p.Advance(math.MaxInt64), ref.Advance(math.MaxInt64)) {
+			t.Fatal("final closes differ")
+		}
+	})
+}
+
+// TestExactSum: the partial sums equal the exact sum rounded once, in any
+// order, also where naive summation overflows or cancels.
+func TestExactSum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := [][]float64{
+		{1e308, 1e308, -1e308},
+		{1, 1e100, 1, -1e100},
+		{0.1, 0.2, 0.3},
+		{1e-280, -1e-280, 1e-270}, // (values below 2^-958 are rounded when scaled, as documented)
+		{math.MaxFloat64, math.MaxFloat64},
+		{-0.0, -0.0},
+		{1, 0x1p-53, 0x1p-106},
+	}
+	for range 200 {
+		n := 1 + rng.IntN(30)
+		vs := make([]float64, n)
+		for i := range vs {
+			vs[i] = math.Ldexp(rng.Float64()-0.5, rng.IntN(120)-60)
+		}
+		cases = append(cases, vs)
+	}
+	for _, vs := range cases {
+		exact := new(big.Float).SetPrec(8192)
+		for _, v := range vs {
+			exact.Add(exact, new(big.Float).SetPrec(8192).SetFloat64(v))
+		}
+		want, _ := exact.Float64()
+		for range 5 {
+			rng.Shuffle(len(vs), func(i, j int) { vs[i], vs[j] = vs[j], vs[i] })
+			var a aggState
+			for _, v := range vs {
+				a.add(Sum, v)
+			}
+			got := a.value(Sum)
+			if got != want && !(math.Abs(want) > math.MaxFloat64/2 && math.IsInf(got, 0)) {
+				t.Fatalf("sum of %v = %v, exact %v", vs, got, want)
+			}
+			if len(a.partials) > maxPartials {
+				t.Fatalf("%d partials", len(a.partials))
+			}
+		}
+	}
+}
