@@ -56,6 +56,11 @@ type Config struct {
 	// MetricsAddr is the listen address of /metrics, /healthz and /readyz;
 	// empty disables the server. Default "" (off).
 	MetricsAddr string `mapstructure:"metrics_addr"`
+	// LeaveGroupOnShutdown: a clean shutdown (SIGTERM) removes this
+	// instance's static membership, so its partitions move at once instead
+	// of after session_timeout. Set it to false for rolling restarts that
+	// should not rebalance. A crash never leaves. Default true.
+	LeaveGroupOnShutdown bool `mapstructure:"leave_group_on_shutdown"`
 	// CreateTopics creates missing output and changelog topics at start-up
 	// (with the input topic's partition count). Default true.
 	CreateTopics bool `mapstructure:"create_topics"`
@@ -119,18 +124,19 @@ func Default() Config {
 		host = "processor-0"
 	}
 	return Config{
-		Brokers:            []string{"127.0.0.1:9092"},
-		GroupID:            "vibration-processor",
-		InstanceID:         host,
-		StateDir:           "./data/state",
-		Mode:               ExactlyOnce,
-		CommitInterval:     100 * time.Millisecond,
-		MaxPollRecords:     5000,
-		TransactionTimeout: 10 * time.Second,
-		SessionTimeout:     10 * time.Second,
-		StartupTimeout:     30 * time.Second,
-		CreateTopics:       true,
-		ReplicationFactor:  -1,
+		Brokers:              []string{"127.0.0.1:9092"},
+		GroupID:              "vibration-processor",
+		InstanceID:           host,
+		StateDir:             "./data/state",
+		Mode:                 ExactlyOnce,
+		CommitInterval:       100 * time.Millisecond,
+		MaxPollRecords:       5000,
+		TransactionTimeout:   10 * time.Second,
+		SessionTimeout:       10 * time.Second,
+		StartupTimeout:       30 * time.Second,
+		CreateTopics:         true,
+		LeaveGroupOnShutdown: true,
+		ReplicationFactor:    -1,
 		Topics: Topics{
 			Input:  "vibration.events",
 			Alerts: "vibration.alerts",

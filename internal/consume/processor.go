@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kprom"
@@ -182,7 +183,33 @@ func (p *Processor) Run(ctx context.Context) error {
 	err = p.loop(ctx)
 	p.sess.Close()
 	p.setReady(false)
+	if err == nil && p.cfg.LeaveGroupOnShutdown {
+		p.leaveGroup()
+	}
 	return err
+}
+
+// leaveGroup removes this instance's static membership after a clean
+// shutdown, so that the group rebalances now rather than after the session
+// timeout. Best effort: on failure the membership simply expires.
+func (p *Processor) leaveGroup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(p.baseOpts()...)
+	if err != nil {
+		p.log.Warn("consume: leave group", "err", err)
+		return
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(p.cfg.GroupID).InstanceIDs(p.cfg.InstanceID).Reason("clean shutdown"))
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		p.log.Warn("consume: leave group (the membership expires after session_timeout instead)", "err", err)
+		return
+	}
+	p.log.Info("consume: left the group", "group", p.cfg.GroupID, "instance", p.cfg.InstanceID)
 }
 
 func (p *Processor) baseOpts() []kgo.Opt {
