@@ -2,6 +2,7 @@
 # scripts/test.sh: the project's test command.
 #
 #   gofmt check, go vet, go build, unit + integration tests with -race, then
+#   every fuzz target for a few seconds, then
 #   the end-to-end suite (./test/e2e/..., no -race: it drives the built
 #   binary) against a real Kafka broker.
 #
@@ -99,6 +100,19 @@ else
 	echo "no packages outside test/e2e"
 fi
 took "unit + integration tests"
+
+phase "fuzzing (each target briefly; FUZZTIME, default 5s)"
+# Every fuzz target runs for a bounded time; a crasher fails the run and is
+# saved under the package's testdata/fuzz for a regression seed.
+fuzztime=${FUZZTIME:-5s}
+while read -r pkg target; do
+	echo "--- $pkg $target"
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "./$pkg"
+done < <(grep -rlE '^func Fuzz' --include='*_test.go' internal |
+	while read -r f; do
+		grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed "s|^func |$(dirname "$f") |"
+	done | sort -u)
+took "fuzzing"
 
 phase "end-to-end tests"
 go test -count=1 -timeout 20m -v ./test/e2e/...
