@@ -21,6 +21,8 @@ var forbidden = map[string][]string{
 	"internal/metrics":   {mod + "internal/window", mod + "internal/consume"},
 	"internal/sim":       {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble"},
 	"internal/aggwindow": {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/alerts", mod + "internal/event"},
+	"internal/deliver":   {"github.com/cockroachdb/pebble", mod + "internal/consume", mod + "internal/window", mod + "internal/pipeline"},
+	"internal/dlq":       {"github.com/cockroachdb/pebble", mod + "internal/consume"},
 	"internal/rules":     {"github.com/twmb/franz-go", "github.com/cockroachdb/pebble", "github.com/prometheus", mod + "internal/consume"},
 }
 

@@ -69,6 +69,9 @@ type Config struct {
 	ReplicationFactor int `mapstructure:"replication_factor"`
 	// Topics are the input and output topics.
 	Topics Topics `mapstructure:"topics"`
+	// Delivery is the section of `processor deliver` (docs/DELIVERY.md); run
+	// ignores it, so one file can configure both. Validated by deliver.
+	Delivery map[string]any `mapstructure:"delivery"`
 	// Rule is the alert rule.
 	Rule Rule `mapstructure:"rule"`
 }

@@ -46,6 +46,10 @@ func (a *Alertmanager) Send(ctx context.Context, d Delivery) error {
 	return post(ctx, a.client, a.now, a.name, a.url, a.timeout, h, body)
 }
 
+// CloseIdleConnections closes the sink's idle keep-alive connections
+// (Service.Run calls it when it stops).
+func (a *Alertmanager) CloseIdleConnections() { a.client.CloseIdleConnections() }
+
 // amAlert is one element of Alertmanager's postable alerts (API v2).
 type amAlert struct {
 	Labels      map[string]string `json:"labels"`

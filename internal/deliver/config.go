@@ -229,7 +229,7 @@ func (c Config) Validate() error {
 		bad("start_from", c.StartFrom, `one of "earliest", "latest"`)
 	}
 	if len(c.Sinks) == 0 {
-		bad("sinks", "[]", "at least one sink: a list of {type: webhook|alertmanager, name, url, ...}")
+		bad("sinks", []string{}, "at least one sink: a list of {type: webhook|alertmanager, name, url, ...}")
 	}
 	names := map[string]int{}
 	for i, s := range c.Sinks {

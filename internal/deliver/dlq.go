@@ -21,16 +21,16 @@ const (
 
 // Delivery DLQ header names.
 const (
-	HeaderSink           = "delivery.sink"
-	HeaderReason         = "delivery.reason"
-	HeaderDetail         = "delivery.detail"
-	HeaderAttempts       = "delivery.attempts"
-	HeaderLastStatus     = "delivery.last_status"
-	HeaderIdempotencyKey = "delivery.idempotency_key"
-	HeaderSourceTopic    = "source.topic"
-	HeaderSourcePart     = "source.partition"
-	HeaderSourceOffset   = "source.offset"
-	HeaderSourceTS       = "source.timestamp"
+	HeaderSink              = "delivery.sink"
+	HeaderReason            = "delivery.reason"
+	HeaderDetail            = "delivery.detail"
+	HeaderAttempts          = "delivery.attempts"
+	HeaderLastStatus        = "delivery.last_status"
+	HeaderDLQIdempotencyKey = "delivery.idempotency_key"
+	HeaderSourceTopic       = "source.topic"
+	HeaderSourcePart        = "source.partition"
+	HeaderSourceOffset      = "source.offset"
+	HeaderSourceTS          = "source.timestamp"
 )
 
 // maxDetail bounds the delivery.detail header.
@@ -73,7 +73,7 @@ func (dl DeadLetter) Headers() []Header {
 		Header{HeaderDetail, []byte(detail)},
 		Header{HeaderAttempts, []byte(strconv.Itoa(dl.Attempts))},
 		Header{HeaderLastStatus, []byte(strconv.Itoa(dl.LastStatus))},
-		Header{HeaderIdempotencyKey, []byte(dl.IdempotencyKey)},
+		Header{HeaderDLQIdempotencyKey, []byte(dl.IdempotencyKey)},
 		Header{HeaderSourceTopic, []byte(dl.Record.Topic)},
 		Header{HeaderSourcePart, []byte(strconv.Itoa(int(dl.Record.Partition)))},
 		Header{HeaderSourceOffset, []byte(strconv.FormatInt(dl.Record.Offset, 10))},

@@ -43,15 +43,17 @@ type sinkRunner struct {
 func newSinkRunner(s Sink, retry RetryConfig, br BreakerConfig, clk clock, met *Metrics, log *slog.Logger) *sinkRunner {
 	r := &sinkRunner{sink: s, name: s.Name(), retry: retry, clk: clk, met: met, log: log.With("sink", s.Name())}
 	gauge := met.BreakerState.WithLabelValues(r.name)
+	var openedAt time.Time // guarded by the breaker's lock (onChange runs under it)
 	r.breaker = NewBreaker(br, clk.now, func(from, to State) {
 		gauge.Set(float64(to))
-		switch to {
-		case StateOpen:
-			r.log.Warn("deliver: breaker open: sink failing, deliveries wait", "from", from.String(), "cooldown", br.Cooldown)
-		case StateHalfOpen:
-			r.log.Info("deliver: breaker half-open: probing sink")
-		case StateClosed:
-			r.log.Info("deliver: breaker closed: sink accepts again")
+		switch {
+		case from == StateClosed && to == StateOpen:
+			openedAt = clk.now()
+			r.log.Warn("deliver: breaker open: sink failing, deliveries wait for it", "cooldown", br.Cooldown)
+		case to == StateClosed:
+			r.log.Info("deliver: breaker closed: sink accepts again", "down_for", clk.now().Sub(openedAt).Round(time.Millisecond))
+		default: // probing, or a failed probe: once per cool-down
+			r.log.Debug("deliver: breaker "+to.String(), "from", from.String())
 		}
 	})
 	return r

@@ -45,6 +45,10 @@ func (w *Webhook) Send(ctx context.Context, d Delivery) error {
 	return post(ctx, w.client, w.now, w.name, w.url, w.timeout, h, d.Record.Value)
 }
 
+// CloseIdleConnections closes the sink's idle keep-alive connections
+// (Service.Run calls it when it stops).
+func (w *Webhook) CloseIdleConnections() { w.client.CloseIdleConnections() }
+
 // Sign returns the webhook signature of body: the lower-case hex of
 // HMAC-SHA256(secret, body). A receiver recomputes it over the raw body it
 // received and compares in constant time (hmac.Equal).

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/deliver"
+)
+
+func deliverCmd() *cobra.Command {
+	var (
+		cfgPath, logLevel string
+		check             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "deliver",
+		Short: "Deliver alert revisions to webhooks and Alertmanager, at least once, with idempotency keys",
+		Long: `deliver joins its own consumer group (delivery.group_id), reads the alerts topic
+read_committed and hands every alert revision, in order per machine, to the
+sinks of the delivery: section of --config (webhook, alertmanager). Offsets
+are committed only after every sink accepted a revision or it was written to
+the delivery DLQ topic; every delivery carries Idempotency-Key:
+<alert_id>-<revision>. Retries back off exponentially with jitter up to
+delivery.retry; a circuit breaker per sink holds deliveries while a receiver
+is down. See docs/DELIVERY.md.
+
+Environment overrides: PROCESSOR_DELIVERY_<KEY> for the scalar keys
+(delivery.retry.max_attempts is PROCESSOR_DELIVERY_RETRY_MAX_ATTEMPTS).
+Exit codes: 0 clean stop, 1 failure, 2 invalid configuration.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadDeliveryConfig(cfgPath)
+			if err != nil {
+				return usageError{err}
+			}
+			sinks, err := deliver.NewSinks(cfg.Sinks, deliver.SinkOptions{})
+			if err != nil {
+				return usageError{err}
+			}
+			if check {
+				fmt.Fprintf(cmd.OutOrStdout(), "%+v\n", cfg) // secrets are never in cfg, only their sources
+				return nil
+			}
+			return runDelivery(cmd.Context(), cfg, sinks, newLogger(os.Stderr, logLevel))
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file with a delivery: section")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().BoolVar(&check, "check", false, "validate the configuration, print it with defaults filled in, and exit")
+	return cmd
+}
+
+// loadDeliveryConfig reads the delivery: section of the YAML file at path
+// (optional; "" for none) over deliver.Default(), with PROCESSOR_DELIVERY_*
+// environment overrides of scalar keys. The processor's top-level brokers
+// and topics.alerts are the defaults of delivery.brokers and
+// delivery.topics.alerts. Unknown keys in the section are errors; the rest
+// of the file belongs to the processor and is not read. The result has its
+// defaults filled in and is validated.
+func loadDeliveryConfig(path string) (deliver.Config, error) {
+	v := viper.New()
+	v.SetEnvPrefix(config.EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return deliver.Config{}, fmt.Errorf("deliver: read %s: %w", path, err)
+		}
+	}
+	for _, k := range scalarKeys(reflect.TypeOf(deliver.Config{}), "delivery") {
+		if err := v.BindEnv(k); err != nil {
+			return deliver.Config{}, fmt.Errorf("deliver: bind env %s: %w", k, err)
+		}
+	}
+	cfg := deliver.Default()
+	if v.IsSet("brokers") {
+		cfg.Brokers = v.GetStringSlice("brokers")
+	}
+	if v.IsSet("topics.alerts") {
+		cfg.Topics.Alerts = v.GetString("topics.alerts")
+	}
+	raw := map[string]any{}
+	switch sec := v.Get("delivery").(type) {
+	case nil:
+	case map[string]any:
+		raw = sec
+	default:
+		return deliver.Config{}, fmt.Errorf("deliver: delivery = %v is invalid: a mapping of delivery keys", sec)
+	}
+	// Environment overrides of scalar keys (v.Get prefers them to the file).
+	for _, k := range scalarKeys(reflect.TypeOf(deliver.Config{}), "delivery") {
+		if v.IsSet(k) {
+			setPath(raw, strings.Split(k, ".")[1:], v.Get(k))
+		}
+	}
+	if _, set := raw["brokers"]; set {
+		cfg.Brokers = nil // replace the default list, do not merge into it
+	}
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:           &cfg,
+		ErrorUnused:      true,
+		WeaklyTypedInput: true,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+		),
+	})
+	if err != nil {
+		return deliver.Config{}, fmt.Errorf("deliver: %w", err)
+	}
+	if err := dec.Decode(raw); err != nil {
+		return deliver.Config{}, fmt.Errorf("deliver: %s", decodeErrRe.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			where := decodeErrRe.FindStringSubmatch(m)[1]
+			if where == "deliver.Config" {
+				return "delivery"
+			}
+			return "delivery." + where
+		}))
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return deliver.Config{}, err
+	}
+	return cfg, nil
+}
+
+// decodeErrRe matches the "'<where>'" of mapstructure's messages ("'retry'
+// has invalid keys: maxx"), rewritten to name the configuration key.
+var decodeErrRe = regexp.MustCompile(`(?m)^'([^']*)'`)
+
+// setPath sets m[path[0]][path[1]]... = val, creating maps on the way; a
+// path through a non-map value is left alone (decoding reports it).
+func setPath(m map[string]any, path []string, val any) {
+	for _, p := range path[:len(path)-1] {
+		next, ok := m[p]
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		nm, ok := next.(map[string]any)
+		if !ok {
+			return
+		}
+		m = nm
+	}
+	m[path[len(path)-1]] = val
+}
+
+// scalarKeys lists the dotted keys of the non-list, non-map fields of a
+// config struct type (environment overrides apply to those).
+func scalarKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("mapstructure")
+		if tag == "" {
+			continue
+		}
+		key := prefix + "." + tag
+		switch {
+		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)):
+			keys = append(keys, scalarKeys(f.Type, key)...)
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct, f.Type.Kind() == reflect.Map:
+		default:
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// runDelivery wires registry, metrics server and delivery stage, and runs
+// them until ctx ends or one fails.
+func runDelivery(ctx context.Context, cfg deliver.Config, sinks []deliver.Sink, logger *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	svc, err := deliver.New(cfg, sinks, deliver.Options{Logger: logger, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	srvCtx, stopServer := context.WithCancel(gctx)
+	if cfg.MetricsAddr != "" {
+		g.Go(func() error { return serveDelivery(srvCtx, cfg.MetricsAddr, reg, svc.Ready, logger) })
+	}
+	g.Go(func() error {
+		defer stopServer()
+		return svc.Run(gctx)
+	})
+	return g.Wait()
+}
+
+// serveDelivery exposes /metrics, /healthz and /readyz on addr until ctx
+// ends.
+func serveDelivery(ctx context.Context, addr string, g prometheus.Gatherer, ready func() bool, logger *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("deliver: listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("deliver: serving metrics", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shutCtx)
+		<-errc
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("deliver: serve metrics: %w", err)
+	}
+}
