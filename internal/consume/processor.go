@@ -440,7 +440,17 @@ func (p *Processor) commit(ctx context.Context) error {
 		b.Discard()
 		p.met.Transactions.WithLabelValues("aborted").Inc()
 		p.log.Info("consume: batch aborted, rewinding to the committed state", "partitions", len(p.batch), "err", err)
-		return p.reloadAll()
+		aborted := make([]int32, len(p.batch))
+		for i, pt := range p.batch {
+			aborted[i] = pt.id
+		}
+		if err := p.reloadAll(); err != nil {
+			return err
+		}
+		if p.cfg.Mode == config.AtLeastOnce {
+			p.rewind(aborted)
+		}
+		return nil
 	}
 	for _, pt := range p.batch {
 		if err := b.SetCheckpoint(pt.id, pt.nextTarget()); err != nil {
@@ -524,6 +534,22 @@ func (p *Processor) countCommitted(pt *part) {
 	p.met.Records.WithLabelValues(lbl, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
 	p.met.Records.WithLabelValues(lbl, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
 	p.met.Records.WithLabelValues(lbl, "too_late").Add(float64(n.TooLate - o.TooLate))
+}
+
+// rewind points the consumer of each partition at the offset after the last
+// record its committed state counted. The transactional session rewinds by
+// itself; a plain client's CommittedOffsets leaves out partitions the group
+// never committed, which would skip the aborted batch's records there.
+func (p *Processor) rewind(ids []int32) {
+	to := map[int32]kgo.EpochOffset{}
+	p.mu.Lock()
+	for _, id := range ids {
+		if pt := p.parts[id]; pt != nil {
+			to[id] = kgo.EpochOffset{Epoch: -1, Offset: pt.acct.NextOffset}
+		}
+	}
+	p.mu.Unlock()
+	p.sess.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{p.input: to})
 }
 
 // reloadAll replaces every owned partition's in-memory state by the
