@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"reflect"
 	"regexp"
@@ -16,13 +13,13 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/deliver"
+	"github.com/vibeline/processor/internal/metrics"
 )
 
 func deliverCmd() *cobra.Command {
@@ -199,47 +196,11 @@ func runDelivery(ctx context.Context, cfg deliver.Config, sinks []deliver.Sink, 
 	g, gctx := errgroup.WithContext(ctx)
 	srvCtx, stopServer := context.WithCancel(gctx)
 	if cfg.MetricsAddr != "" {
-		g.Go(func() error { return serveDelivery(srvCtx, cfg.MetricsAddr, reg, svc.Ready, logger) })
+		g.Go(func() error { return metrics.Serve(srvCtx, cfg.MetricsAddr, reg, svc.Ready, logger, nil) })
 	}
 	g.Go(func() error {
 		defer stopServer()
 		return svc.Run(gctx)
 	})
 	return g.Wait()
-}
-
-// serveDelivery exposes /metrics, /healthz and /readyz on addr until ctx
-// ends.
-func serveDelivery(ctx context.Context, addr string, g prometheus.Gatherer, ready func() bool, logger *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("deliver: listen %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	logger.Info("deliver: serving metrics", "addr", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(shutCtx)
-		<-errc
-		return nil
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return fmt.Errorf("deliver: serve metrics: %w", err)
-	}
 }

@@ -156,6 +156,13 @@ func (m *Metrics) ForgetPartition(p string) {
 // Serve exposes /metrics, /healthz and /readyz on addr until ctx ends;
 // extra maps further paths to handlers (the status page at "/").
 func (m *Metrics) Serve(ctx context.Context, addr string, g prometheus.Gatherer, logger *slog.Logger, extra map[string]http.Handler) error {
+	return Serve(ctx, addr, g, m.ready.Load, logger, extra)
+}
+
+// Serve exposes g on /metrics, /healthz (always 200) and /readyz (200 when
+// ready() is true, else 503) plus the extra handlers on addr, until ctx
+// ends. Both the processor and the delivery stage use it.
+func Serve(ctx context.Context, addr string, g prometheus.Gatherer, ready func() bool, logger *slog.Logger, extra map[string]http.Handler) error {
 	mux := http.NewServeMux()
 	for path, h := range extra {
 		mux.Handle(path, h)
@@ -163,7 +170,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string, g prometheus.Gatherer,
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !m.ready.Load() {
+		if !ready() {
 			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
 			return
 		}
