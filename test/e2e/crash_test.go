@@ -337,11 +337,21 @@ func waitFor(t *testing.T, d *deployment, timeout time.Duration, what string, co
 // committedOffsets returns the group's committed offsets of topic.
 func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string) map[int32]int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	offs, err := adm.FetchOffsets(ctx, group)
-	if err == nil {
-		err = offs.Error()
+	// Retried for a while: right after a broker start the coordinator may
+	// answer COORDINATOR_NOT_AVAILABLE.
+	var offs kadm.OffsetResponses
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		offs, err = adm.FetchOffsets(ctx, group)
+		cancel()
+		if err == nil {
+			err = offs.Error()
+		}
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("fetch offsets of %s: %v", group, err)
@@ -363,7 +373,12 @@ func assignments(t *testing.T, adm *kadm.Client, group, topic string) map[string
 	defer cancel()
 	described, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
-		t.Fatalf("describe group %s: %v", group, err)
+		// Right after a broker start the group coordinator may not be
+		// loaded yet (COORDINATOR_NOT_AVAILABLE, in kadm's ShardErrors):
+		// report "no assignment" and let the caller poll again; waitFor
+		// fails the test with a clear message if it never clears.
+		t.Logf("describe group %s: %v (retrying)", group, err)
+		return nil
 	}
 	g, ok := described[group]
 	if !ok || g.Err != nil {
