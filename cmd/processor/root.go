@@ -40,7 +40,7 @@ func execute(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd(), reconcileCmd(), replayCmd(), deliverCmd(), dlqCmd())
+	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd(), reconcileCmd(), replayCmd(), rulesCmd(), deliverCmd(), dlqCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

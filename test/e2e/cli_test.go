@@ -163,3 +163,25 @@ func tail2(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestRulesCheck: `processor rules check` describes a valid rule file in
+// words (exit 0) and names each problem of an invalid one (exit 2).
+func TestRulesCheck(t *testing.T) {
+	t.Parallel()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runBinaryOut(t, 30*time.Second, nil, "rules", "check", filepath.Join(root, "internal/rules/testdata/vibration.yaml"))
+	if code != 0 || !strings.Contains(out, "all valid") || !strings.Contains(out, "alert when at least 3 events with value >= 7.1") {
+		t.Fatalf("valid file: exit %d\n%s", code, out)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("rules:\n  - id: x\n    version: 1\n    filter: \"valu > 3\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runBinaryOut(t, 30*time.Second, nil, "rules", "check", bad)
+	if code != 2 || !strings.Contains(out, "unknown name `valu` (did you mean `value`?)") {
+		t.Fatalf("invalid file: exit %d, want 2 naming the bad name\n%s", code, out)
+	}
+}
