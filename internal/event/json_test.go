@@ -188,9 +188,6 @@ func TestDecodeErrorDetails(t *testing.T) {
 // TestDecodeAllocs: decoding allocates only to unescape strings, whatever
 // the nesting depth (the deep kind stack is pooled).
 func TestDecodeAllocs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocation counts")
-	}
 	for _, s := range []string{string(record(nil)), nest("[", "]", 63), nest("[", "]", 64), nest("[", "]", 5000), nest(`{"a":`, "}", maxDepth-1)} {
 		v := []byte(s)
 		if n := testing.AllocsPerRun(20, func() { _, _ = JSONDecoder{}.Decode(v) }); n != 0 {
