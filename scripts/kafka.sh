@@ -35,6 +35,24 @@
 #   KAFKA_STOP_TIMEOUT   seconds to wait after SIGTERM before SIGKILL [30]
 #   JAVA_HOME            java to use [java on PATH]; Kafka 4 needs Java 17+
 #
+# Secure listeners (opt-in, single node only; the PLAINTEXT listener on
+# KAFKA_PORT stays, for the broker itself and plaintext clients). Each port
+# set adds its listener on 127.0.0.1:
+#   KAFKA_SASL_PORT      SASL_PLAINTEXT with SCRAM-SHA-512 []
+#   KAFKA_SSL_PORT       SSL with client authentication required (mTLS) []
+#   KAFKA_SASL_SSL_PORT  SASL_SSL: TLS (no client certificate) + SCRAM-SHA-512 []
+#   KAFKA_SECURE_DIR     directory of the PEM files of the TLS listeners:
+#                        ca.pem (CA certificates: the trust store, which
+#                        verifies client certificates) and broker.pem (the
+#                        broker's unencrypted PKCS #8 private key and its
+#                        certificate chain); required with an SSL port []
+#   KAFKA_SCRAM_USER     SCRAM-SHA-512 user created when the storage is
+#                        formatted (StorageTool format --add-scram) [processor]
+#   KAFKA_SCRAM_PASSWORD its password, of [A-Za-z0-9._-]; required with a SASL
+#                        port. For test credentials only: it is on the
+#                        StorageTool command line []
+# No authorizer runs: every authenticated client may do everything.
+#
 # Settings are those of a single-node KRaft test broker: RF 1 for the
 # internal topics (the default RF 3 never lets the group or transaction
 # coordinator come up on one node), small internal topics (5 partitions) for a
@@ -87,6 +105,12 @@ heap=${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
 jvm_opts=${KAFKA_JVM_OPTS:-}
 start_timeout=${KAFKA_START_TIMEOUT:-180}
 stop_timeout=${KAFKA_STOP_TIMEOUT:-30}
+sasl_port=${KAFKA_SASL_PORT:-}
+ssl_port=${KAFKA_SSL_PORT:-}
+sasl_ssl_port=${KAFKA_SASL_SSL_PORT:-}
+secure_dir=${KAFKA_SECURE_DIR:-}
+scram_user=${KAFKA_SCRAM_USER:-processor}
+scram_password=${KAFKA_SCRAM_PASSWORD:-}
 
 log() { echo "kafka.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -98,6 +122,27 @@ client_port() {
 controller_port() {
 	if [ "$nodes" = 1 ]; then echo "${KAFKA_CONTROLLER_PORT:-$((${KAFKA_PORT:-9092} + 1))}"; else echo "$1"9093; fi
 }
+# secure_ports: the opt-in secure listener ports (none by default).
+secure_ports() { echo "$sasl_port" "$ssl_port" "$sasl_ssl_port"; }
+
+# check_secure: the secure settings are usable (called by up).
+check_secure() {
+	[ -n "$sasl_port$ssl_port$sasl_ssl_port" ] || return 0
+	[ "$nodes" = 1 ] || die "secure listeners (KAFKA_SASL_PORT, KAFKA_SSL_PORT, KAFKA_SASL_SSL_PORT) need a single node"
+	if [ -n "$sasl_port$sasl_ssl_port" ]; then
+		[[ "$scram_user" =~ ^[A-Za-z0-9._-]+$ ]] || die "KAFKA_SCRAM_USER must be of [A-Za-z0-9._-]"
+		[[ "$scram_password" =~ ^[A-Za-z0-9._-]+$ ]] || die "KAFKA_SCRAM_PASSWORD (of [A-Za-z0-9._-]) is required with a SASL port"
+	fi
+	if [ -n "$ssl_port$sasl_ssl_port" ]; then
+		[ -n "$secure_dir" ] || die "KAFKA_SECURE_DIR (with ca.pem and broker.pem) is required with an SSL port"
+		secure_dir=$(cd "$secure_dir" && pwd) || die "KAFKA_SECURE_DIR=$secure_dir is not a directory"
+		local f
+		for f in ca.pem broker.pem; do
+			[ -r "$secure_dir/$f" ] || die "KAFKA_SECURE_DIR has no readable $f"
+		done
+	fi
+}
+
 bootstrap_addr() {
 	local i out=""
 	for i in $(seq 1 "$nodes"); do out+="${out:+,}127.0.0.1:$(client_port "$i")"; done
@@ -197,16 +242,24 @@ write_server_properties() { # write_server_properties N
 	for j in $(seq 1 "$nodes"); do voters+="${voters:+,}$j@127.0.0.1:$(controller_port "$j")"; done
 	local rf=1 isr=1
 	[ "$nodes" = 3 ] && rf=3 isr=2
+	# Opt-in secure listeners, named after their protocols.
+	local extra="" extra_map="" proto port
+	for proto in SASL_PLAINTEXT:$sasl_port SSL:$ssl_port SASL_SSL:$sasl_ssl_port; do
+		port=${proto#*:} proto=${proto%%:*}
+		[ -n "$port" ] || continue
+		extra+=",$proto://127.0.0.1:$port"
+		extra_map+=",$proto:$proto"
+	done
 	cat >"$dir/server.properties" <<EOF
 # Written by scripts/kafka.sh; rewritten on every up.
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$(client_port "$i"),CONTROLLER://127.0.0.1:$(controller_port "$i")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(client_port "$i")
+listeners=PLAINTEXT://127.0.0.1:$(client_port "$i"),CONTROLLER://127.0.0.1:$(controller_port "$i")$extra
+advertised.listeners=PLAINTEXT://127.0.0.1:$(client_port "$i")$extra
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT$extra_map
 log.dirs=$dir/data
 
 # Topics: the processor and the tests create theirs explicitly.
@@ -244,6 +297,32 @@ transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 log.cleaner.dedupe.buffer.size=16777216
 log.cleaner.backoff.ms=1000
 EOF
+	if [ -n "$sasl_port$sasl_ssl_port" ]; then
+		cat >>"$dir/server.properties" <<EOF
+
+# SCRAM-SHA-512 on the SASL listeners; the credentials are created when the
+# storage is formatted (--add-scram). The login module takes no options: the
+# broker does not authenticate to itself over SASL.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+EOF
+		for proto in sasl_plaintext:$sasl_port sasl_ssl:$sasl_ssl_port; do
+			[ -n "${proto#*:}" ] || continue
+			echo "listener.name.${proto%%:*}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;" >>"$dir/server.properties"
+		done
+	fi
+	if [ -n "$ssl_port$sasl_ssl_port" ]; then
+		cat >>"$dir/server.properties" <<EOF
+
+# TLS from PEM files: the key store holds the broker's key and certificate
+# chain, the trust store the CA certificates. The SSL listener requires a
+# client certificate; SASL_SSL clients authenticate with SCRAM instead.
+ssl.keystore.type=PEM
+ssl.keystore.location=$secure_dir/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$secure_dir/ca.pem
+listener.name.ssl.ssl.client.auth=required
+EOF
+	fi
 	if [ "$nodes" = 3 ]; then
 		cat >>"$dir/server.properties" <<EOF
 
@@ -308,11 +387,12 @@ cmd_up() {
 		return 0
 	fi
 
+	check_secure
 	local i port todo=()
 	for i in $(seq 1 "$nodes"); do
 		node_pid "$i" >/dev/null && continue
 		todo+=("$i")
-		for port in $(client_port "$i") $(controller_port "$i"); do
+		for port in $(client_port "$i") $(controller_port "$i") $(secure_ports); do
 			port_open "$port" && die "port $port on 127.0.0.1 is taken by another process (not a broker of $run_dir)"
 		done
 	done
@@ -330,14 +410,17 @@ cmd_up() {
 	save_layout
 
 	# Format the storage of nodes that have none (in parallel: a JVM each).
-	local pids=() fmt=()
+	local pids=() fmt=() scram=()
+	if [ -n "$sasl_port$sasl_ssl_port" ]; then
+		scram=(--add-scram "SCRAM-SHA-512=[name=$scram_user,password=$scram_password]")
+	fi
 	for i in "${todo[@]}"; do
 		mkdir -p "$run_dir/node-$i/data" "$run_dir/node-$i/logs"
 		write_server_properties "$i"
 		[ -f "$run_dir/node-$i/data/meta.properties" ] && continue
 		"$java" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$libs/*" \
 			kafka.tools.StorageTool format -t "$cluster_id" \
-			-c "$run_dir/node-$i/server.properties" --ignore-formatted \
+			-c "$run_dir/node-$i/server.properties" --ignore-formatted "${scram[@]}" \
 			>"$run_dir/node-$i/logs/format.log" 2>&1 &
 		pids+=($!)
 		fmt+=("$i")
@@ -375,6 +458,10 @@ cmd_up() {
 			fi
 			probe "$(client_port "$i")" && ready=$((ready + 1))
 		done
+		if [ "$ready" = "$nodes" ]; then
+			# The secure listeners open with the plaintext one; wait for them too.
+			for port in $(secure_ports); do port_open "$port" || ready=0; done
+		fi
 		[ "$ready" = "$nodes" ] && break
 		if [ "$SECONDS" -ge "$deadline" ]; then
 			for i in $(seq 1 "$nodes"); do

@@ -4,7 +4,8 @@
 #   gofmt check, go vet, go build, unit + integration tests with -race, then
 #   every fuzz target for a few seconds, then
 #   the end-to-end suite (./test/e2e/..., no -race: it drives the built
-#   binary) against a real Kafka broker.
+#   binary) against a real Kafka broker, and ./test/secure/... (TLS and
+#   SASL/SCRAM end to end, on a broker of its own that it starts and stops).
 #
 # Broker: KAFKA_BOOTSTRAP if set; else a broker that scripts/kafka.sh already
 # runs (left running); else this script starts one with scripts/kafka.sh up
@@ -93,7 +94,7 @@ export KAFKA_BOOTSTRAP
 echo "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
 
 phase "unit + integration tests (-race)"
-mapfile -t pkgs < <(go list ./... | grep -v /test/e2e || true)
+mapfile -t pkgs < <(go list ./... | grep -v -e /test/e2e -e /test/secure || true)
 if [ "${#pkgs[@]}" -gt 0 ]; then
 	go test -race -count=1 -timeout 15m "${pkgs[@]}"
 else
@@ -119,6 +120,9 @@ took "fuzzing"
 
 phase "end-to-end tests"
 go test -count=1 -timeout 20m -v ./test/e2e/...
+# After the e2e suite, not beside it: its own broker JVM and processors would
+# share the two cores with the e2e suite's timing-sensitive tests.
+go test -count=1 -timeout 10m -v ./test/secure/...
 took "end-to-end tests"
 
 echo

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/vibeline/processor/internal/config"
@@ -55,7 +56,16 @@ Exit codes: 0 clean stop, 1 failure, 2 invalid configuration.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%+v\n", cfg) // secrets are never in cfg, only their sources
 				return nil
 			}
-			return runDelivery(cmd.Context(), cfg, sinks, newLogger(os.Stderr, logLevel))
+			sec, err := loadKafkaSecurity(cfgPath)
+			if err != nil {
+				return usageError{err}
+			}
+			logger := newLogger(os.Stderr, logLevel)
+			extra, err := kafkaSecurityOpts(sec, logger)
+			if err != nil {
+				return err
+			}
+			return runDelivery(cmd.Context(), cfg, sinks, logger, extra)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file with a delivery: section")
@@ -186,10 +196,10 @@ func scalarKeys(t reflect.Type, prefix string) []string {
 
 // runDelivery wires registry, metrics server and delivery stage, and runs
 // them until ctx ends or one fails.
-func runDelivery(ctx context.Context, cfg deliver.Config, sinks []deliver.Sink, logger *slog.Logger) error {
+func runDelivery(ctx context.Context, cfg deliver.Config, sinks []deliver.Sink, logger *slog.Logger, extra []kgo.Opt) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
-	svc, err := deliver.New(cfg, sinks, deliver.Options{Logger: logger, Registerer: reg})
+	svc, err := deliver.New(cfg, sinks, deliver.Options{Logger: logger, Registerer: reg, ExtraKgoOpts: extra})
 	if err != nil {
 		return err
 	}

@@ -71,6 +71,9 @@ and cut at 200 bytes. --from/--to select by the original record's timestamp
 				return usageError{err}
 			}
 			o := dlq.InspectOptions{Config: cfg, Samples: samples, Selection: dlq.Selection{Reasons: reasons}}
+			if o.ExtraKgoOpts, err = kafkaSecurityOpts(cfg.Kafka, newLogger(os.Stderr, "warn")); err != nil {
+				return err
+			}
 			if err := timeRange(&o.Selection, from, to); err != nil {
 				return usageError{err}
 			}
@@ -146,6 +149,9 @@ again what was replayed before. Always start with --dry-run.`,
 				return usageError{errors.New("--reset re-examines every dead letter and replays again what was replayed before; add --confirm-reset to do it, or try --dry-run")}
 			}
 			o.Logger = newLogger(os.Stderr, logLevel)
+			if o.ExtraKgoOpts, err = kafkaSecurityOpts(cfg.Kafka, o.Logger); err != nil {
+				return err
+			}
 			rep, err := dlq.Replay(cmd.Context(), o)
 			if err == nil || rep.Examined > 0 {
 				// On an error, what the committed transactions did.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 func loadgenCmd() *cobra.Command {
 	var (
+		cfgPath  string
 		brokers  []string
 		topic    string
 		count    int
@@ -37,8 +39,16 @@ replays or clock jumps).`,
 			if count < 1 || machines < 1 || rate < 0 {
 				return usageError{fmt.Errorf("--count and --machines must be >= 1 and --rate >= 0")}
 			}
-			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-				kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
+			sec, err := loadKafkaSecurity(cfgPath)
+			if err != nil {
+				return usageError{err}
+			}
+			extra, err := kafkaSecurityOpts(sec, newLogger(os.Stderr, "warn"))
+			if err != nil {
+				return err
+			}
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+				kgo.ProducerLinger(5 * time.Millisecond), kgo.MaxBufferedRecords(100_000)}, extra...)...)
 			if err != nil {
 				return err
 			}
@@ -84,6 +94,7 @@ replays or clock jumps).`,
 		},
 	}
 	cmd.Flags().StringSliceVar(&brokers, "brokers", []string{"127.0.0.1:9092"}, "Kafka seed brokers")
+	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file: only its kafka: section (TLS, SASL) is used; PROCESSOR_KAFKA_* apply too")
 	cmd.Flags().StringVar(&topic, "topic", "vibration.events", "topic to write")
 	cmd.Flags().IntVar(&count, "count", 100_000, "records to send")
 	cmd.Flags().IntVar(&machines, "machines", 200, "simulated machines")

@@ -40,6 +40,9 @@ no violation; 1: violations (listed).`,
 				return usageError{err}
 			}
 			o := reconcile.Options{Config: cfg, Recompute: recompute}
+			if o.ExtraKgoOpts, err = kafkaSecurityOpts(cfg.Kafka, newLogger(os.Stderr, "warn")); err != nil {
+				return err
+			}
 			for _, b := range []struct {
 				flag, val string
 				dst       *time.Time

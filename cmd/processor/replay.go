@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,6 +38,9 @@ collide with the old ones.`,
 				return usageError{err}
 			}
 			o := replay.Options{Config: cfg, DryRun: dryRun}
+			if o.ExtraKgoOpts, err = kafkaSecurityOpts(cfg.Kafka, newLogger(os.Stderr, "warn")); err != nil {
+				return err
+			}
 			if from != "" {
 				t, err := time.Parse(time.RFC3339, from)
 				if err != nil {

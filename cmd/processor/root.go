@@ -108,7 +108,11 @@ PROCESSOR_RULE_THRESHOLD), then flags (--brokers, --instance_id, ...).`,
 				return usageError{err}
 			}
 			logger := newLogger(os.Stderr, logLevel)
-			return runProcessor(cmd.Context(), cfg, logger, consume.Options{})
+			sec, err := kafkaSecurityOpts(cfg.Kafka, logger)
+			if err != nil {
+				return err
+			}
+			return runProcessor(cmd.Context(), cfg, logger, consume.Options{ExtraKgoOpts: sec})
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file")

@@ -19,6 +19,8 @@ type Partition struct {
 	keys map[string]*keyState
 	due  dueQueue // every live window, by (a lower bound of) its end
 
+	delayMs int64 // D: cfg.DelayMs unless SetDelayMs changed it
+
 	dirtyKeys []string // may hold repeats; Dirty sorts and compacts
 	dirtyMeta bool
 
@@ -58,12 +60,33 @@ func NewPartition(cfg Config) (*Partition, error) {
 		return nil, err
 	}
 	return &Partition{
-		cfg:   cfg,
-		adv:   cfg.advance(),
-		order: evidenceOrder(cfg.Fn),
-		wm:    NoWatermark,
-		keys:  make(map[string]*keyState),
+		cfg:     cfg,
+		adv:     cfg.advance(),
+		order:   evidenceOrder(cfg.Fn),
+		wm:      NoWatermark,
+		delayMs: cfg.DelayMs,
+		keys:    make(map[string]*keyState),
 	}, nil
+}
+
+// SetDelayMs sets the watermark delay D that Process uses from the next
+// record on (W = max(W, ts - D)), for a watermark strategy whose delay
+// changes along the log (package watermark). It must be within
+// 0..MaxDurationMs, like Config.DelayMs, which is the delay until
+// SetDelayMs is called. W never decreases whatever the delays.
+//
+// The delay is not part of the encoded state (EncodeMeta, EncodeKey): a
+// restored partition uses Config.DelayMs until the caller sets the delay
+// again, which a caller with a changing delay does before every Process
+// (it re-derives the delay from the log, as package watermark's Tracker
+// does after its own restore). Nothing in the encoded state depends on the
+// delay, so restore works whatever delays were used.
+func (p *Partition) SetDelayMs(d int64) error {
+	if d < 0 || d > MaxDurationMs {
+		return fmt.Errorf("%w: SetDelayMs(%d), must be 0..%d (milliseconds)", ErrInvalidConfig, d, MaxDurationMs)
+	}
+	p.delayMs = d
+	return nil
 }
 
 // Watermark returns the partition watermark W (NoWatermark before any
@@ -100,7 +123,7 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 		res.Outcome = Processed
 		res.Revisions = p.apply(&ev, w)
 	}
-	if nw := ev.TS - p.cfg.DelayMs; nw > p.wm { // no overflow: see the bounds
+	if nw := ev.TS - p.delayMs; nw > p.wm { // no overflow: see the bounds
 		p.wm = nw
 		p.dirtyMeta = true
 	}

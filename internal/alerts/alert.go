@@ -34,6 +34,12 @@ type Evidence struct {
 	Offset    int64
 }
 
+// Aggregate is an aggregating rule's aggregate: its function and value.
+type Aggregate struct {
+	Fn    string // count, sum, avg, min or max
+	Value float64
+}
+
 // Alert is one revision of an alert, as written to the alerts topic. Encode
 // and Decode convert it to and from its JSON value (see the package
 // documentation for the schema); Alert has no struct tags on purpose, so
@@ -53,7 +59,14 @@ type Alert struct {
 	// the Unix epoch.
 	Start, End int64
 	Count      int
-	Evidence   []Evidence
+	// KeyField and Key name the rule's key when it is not machine_id (for
+	// example sensor_id and its value); both empty for machine-keyed rules,
+	// whose key is MachineID.
+	KeyField, Key string
+	// Aggregate is the window's aggregate for aggregating rules (tumbling,
+	// hopping, session windows); nil for the record-aligned sliding rule.
+	Aggregate *Aggregate
+	Evidence  []Evidence
 	// Late is true when the revision was caused by an event behind the
 	// watermark.
 	Late bool

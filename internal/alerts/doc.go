@@ -20,7 +20,8 @@
 //
 // # Alert JSON value (format version 1)
 //
-// The record key is machine_id (UTF-8). The value is one JSON object on one
+// The record key is the rule's key value (machine_id for machine-keyed
+// rules), UTF-8. The value is one JSON object on one
 // line, members in this order:
 //
 //	member        type                 meaning
@@ -30,10 +31,15 @@
 //	merged_into   string (32 hex)      present only with status "merged": the surviving alert's alert_id
 //	rule_id       string               the rule that fired, e.g. "vibration-high"
 //	rule_version  integer              the rule's version
-//	machine_id    string               the key of the incident
+//	machine_id    string               the key of the incident; "" for rules keyed by another field
 //	start         time                 event time of the incident's first firing span start
 //	end           time                 event time of the incident's largest span end
 //	count         integer >= 0         qualifying applied events with ts in [start, end]
+//	key_field     string               present only for rules keyed by a field other than machine_id (e.g. "sensor_id")
+//	key           string               present exactly with key_field: the key value of the window
+//	aggregate     object               present only for aggregating rules (tumbling, hopping, session windows):
+//	  fn          string                 count, sum, avg, min or max
+//	  value       number                 the window's aggregate (for those rules start/end bound the window, half-open)
 //	evidence      array of objects     the samples of the first firing set, sorted by (ts, event_id):
 //	  event_id    string                 the input event's event_id
 //	  sensor_id   string                 the input event's sensor_id

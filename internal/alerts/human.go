@@ -21,11 +21,20 @@ import (
 //
 //	3 high-vibration events (>= 7.1 mm/s) on machine M-7 within 1m30s, from 2026-01-02T10:00:00.000Z to 10:01:30.000Z
 func ReasonSentence(status string, count int, what string, key string, start, end int64, mergedInto string) string {
+	return ReasonSentenceKeyed(status, count, what, "machine", key, start, end, mergedInto)
+}
+
+// ReasonSentenceKeyed is ReasonSentence for a rule whose key identifies
+// something other than a machine: "on <noun> <key>" (for example "on sensor
+// S-1").
+func ReasonSentenceKeyed(status string, count int, what, noun, key string, start, end int64, mergedInto string) string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(count))
 	b.WriteByte(' ')
 	b.WriteString(what)
-	b.WriteString(" on machine ")
+	b.WriteString(" on ")
+	b.WriteString(noun)
+	b.WriteByte(' ')
 	b.WriteString(key)
 	b.WriteString(" within ")
 	b.WriteString(formatSpan(end - start))

@@ -20,10 +20,19 @@ type wireAlert struct {
 	Start       string         `json:"start"`
 	End         string         `json:"end"`
 	Count       int            `json:"count"`
+	KeyField    string         `json:"key_field,omitempty"`
+	Key         string         `json:"key,omitempty"`
+	Aggregate   *wireAggregate `json:"aggregate,omitempty"`
 	Evidence    []wireEvidence `json:"evidence"`
 	Late        bool           `json:"late"`
 	Watermark   *string        `json:"watermark"`
 	Reason      string         `json:"reason"`
+}
+
+// wireAggregate is the optional aggregate member of aggregating rules.
+type wireAggregate struct {
+	Fn    string  `json:"fn"`
+	Value float64 `json:"value"`
 }
 
 type wireEvidence struct {
@@ -58,6 +67,8 @@ func (a Alert) Encode() ([]byte, error) {
 		Start:       FormatTime(a.Start),
 		End:         FormatTime(a.End),
 		Count:       a.Count,
+		KeyField:    a.KeyField,
+		Key:         a.Key,
 		Evidence:    make([]wireEvidence, len(a.Evidence)),
 		Late:        a.Late,
 		Reason:      a.Reason,
@@ -67,6 +78,9 @@ func (a Alert) Encode() ([]byte, error) {
 			EventID: e.EventID, SensorID: e.SensorID, TS: FormatTime(e.TS),
 			Value: e.Value, Partition: e.Partition, Offset: e.Offset,
 		}
+	}
+	if a.Aggregate != nil {
+		w.Aggregate = &wireAggregate{Fn: a.Aggregate.Fn, Value: a.Aggregate.Value}
 	}
 	if a.Watermark != WatermarkNone {
 		s := FormatTime(a.Watermark)
@@ -103,6 +117,17 @@ func (a *Alert) check() error {
 	}
 	if a.Count < 0 {
 		return fmt.Errorf("count %d, want >= 0", a.Count)
+	}
+	if (a.KeyField == "") != (a.Key == "") {
+		return fmt.Errorf("key_field %q with key %q, want both or neither", a.KeyField, a.Key)
+	}
+	if g := a.Aggregate; g != nil {
+		if g.Fn == "" {
+			return errors.New("aggregate without fn")
+		}
+		if math.IsNaN(g.Value) || math.IsInf(g.Value, 0) {
+			return fmt.Errorf("aggregate.value %v, want a finite number", g.Value)
+		}
 	}
 	if err := checkTime("start", a.Start); err != nil {
 		return err
@@ -149,7 +174,13 @@ func Decode(b []byte) (Alert, error) {
 		Start       *string `json:"start"`
 		End         *string `json:"end"`
 		Count       *int    `json:"count"`
-		Evidence    *[]struct {
+		KeyField    *string `json:"key_field"`
+		Key         *string `json:"key"`
+		Aggregate   *struct {
+			Fn    *string  `json:"fn"`
+			Value *float64 `json:"value"`
+		} `json:"aggregate"`
+		Evidence *[]struct {
 			EventID   *string  `json:"event_id"`
 			SensorID  *string  `json:"sensor_id"`
 			TS        *string  `json:"ts"`
@@ -214,6 +245,18 @@ func Decode(b []byte) (Alert, error) {
 		Late:        *w.Late,
 		Reason:      *w.Reason,
 		Watermark:   WatermarkNone,
+	}
+	if w.KeyField != nil {
+		a.KeyField = *w.KeyField
+	}
+	if w.Key != nil {
+		a.Key = *w.Key
+	}
+	if g := w.Aggregate; g != nil {
+		if g.Fn == nil || g.Value == nil {
+			return Alert{}, errors.New("alerts: decode aggregate: a member is missing or null")
+		}
+		a.Aggregate = &Aggregate{Fn: *g.Fn, Value: *g.Value}
 	}
 	if w.MergedInto != nil {
 		a.MergedInto = *w.MergedInto

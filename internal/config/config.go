@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/vibeline/processor/internal/kafkasec"
 )
 
 // Delivery modes.
@@ -72,8 +74,17 @@ type Config struct {
 	// Delivery is the section of `processor deliver` (docs/DELIVERY.md); run
 	// ignores it, so one file can configure both. Validated by deliver.
 	Delivery map[string]any `mapstructure:"delivery"`
+	// RulesFile is a YAML rules file (internal/rules, README "Rules"): when
+	// set, its rules run and the rule block and topics.input/alerts/dlq/late
+	// are not used (rule.max_future_skew still guards every source). Default
+	// "" (the single vibration rule of the rule block).
+	RulesFile string `mapstructure:"rules_file"`
 	// Rule is the alert rule.
 	Rule Rule `mapstructure:"rule"`
+	// Kafka is how every Kafka client connects: TLS and SASL (keys
+	// kafka.tls.*, kafka.sasl.*; see internal/kafkasec). Default: plaintext,
+	// no authentication.
+	Kafka kafkasec.Config `mapstructure:"kafka"`
 }
 
 // Topics names the topics the processor reads and writes.
@@ -159,6 +170,7 @@ func Default() Config {
 			MaxFutureSkew:   5 * time.Minute,
 			Description:     "high-vibration events",
 		},
+		Kafka: kafkasec.Default(),
 	}
 }
 
@@ -273,6 +285,15 @@ func (c Config) Validate() error {
 	}
 	if r.Description == "" {
 		bad("rule.description", r.Description, "a non-empty phrase such as \"high-vibration events\"")
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		list := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok { // one per problem
+			list = j.Unwrap()
+		}
+		for _, e := range list {
+			errs = append(errs, fmt.Errorf("config: %w", e))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -33,27 +33,47 @@ var changelogConfigs = map[string]*string{
 	"delete.retention.ms": kadm.StringPtr(strconv.Itoa(7 * 24 * 3600 * 1000)),
 }
 
-// ensureTopics checks the input topic and creates missing outputs with the
-// input's partition count. It retries until ctx ends, so an unreachable
-// Kafka fails start-up with a clear error after StartupTimeout.
-func ensureTopics(ctx context.Context, cfg config.Config, opts []kgo.Opt, log *slog.Logger) error {
+// wantTopic is a topic the rules read or write.
+type wantTopic struct {
+	name    string
+	source  bool               // an input topic: must exist, never created
+	like    string             // created with this source topic's partition count
+	mirror  bool               // must have exactly like's partition count (changelog, repartition)
+	configs map[string]*string // topic configs when created
+}
+
+// repartitionConfigs: a repartition topic is read within moments by the
+// group; its records are kept a week so that a stopped group can catch up.
+var repartitionConfigs = map[string]*string{
+	"cleanup.policy": kstr("delete"),
+	"retention.ms":   kstr("604800000"),
+}
+
+func kstr(s string) *string { return &s }
+
+// ensureTopics checks the input topics and creates missing outputs,
+// changelogs and repartition topics with their source's partition count. It
+// retries until ctx ends, so an unreachable Kafka fails start-up with a
+// clear error after StartupTimeout.
+func ensureTopics(ctx context.Context, cfg config.Config, want []wantTopic, opts []kgo.Opt, log *slog.Logger) (map[string]int32, error) {
 	// kadm answers ListTopics from metadata cached for MetadataMinAge:
 	// keep it short so a topic created a moment ago is seen.
 	cl, err := kgo.NewClient(append(opts, kgo.MetadataMinAge(50*time.Millisecond))...)
 	if err != nil {
-		return fmt.Errorf("consume: admin client: %w", err)
+		return nil, fmt.Errorf("consume: admin client: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var last error
 	for {
-		last = ensureTopicsOnce(ctx, cfg, adm, log)
+		parts := map[string]int32{}
+		last = ensureTopicsOnce(ctx, cfg, want, parts, adm, log)
 		if last == nil || errors.Is(last, errPermanent) {
-			return last
+			return parts, last
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("consume: kafka at %v not usable within %s: %w", cfg.Brokers, cfg.StartupTimeout, last)
+			return nil, fmt.Errorf("consume: kafka at %v not usable within %s: %w", cfg.Brokers, cfg.StartupTimeout, last)
 		case <-time.After(500 * time.Millisecond):
 			log.Info("consume: waiting for kafka", "brokers", cfg.Brokers, "err", last)
 		}
@@ -62,57 +82,58 @@ func ensureTopics(ctx context.Context, cfg config.Config, opts []kgo.Opt, log *s
 
 var errPermanent = errors.New("permanent")
 
-func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, log *slog.Logger) error {
+func ensureTopicsOnce(ctx context.Context, cfg config.Config, want []wantTopic, parts map[string]int32, adm *kadm.Client, log *slog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	details, err := adm.ListTopics(rctx, cfg.Topics.Input)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	in, ok := details[cfg.Topics.Input]
-	if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
-		// Not permanent: the topic may be being created right now; the
-		// retry ends with this message after startup_timeout.
-		return fmt.Errorf("input topic %q does not exist (topics.input): create it first", cfg.Topics.Input)
-	}
-	if in.Err != nil {
-		return fmt.Errorf("describe %s: %w", cfg.Topics.Input, in.Err)
-	}
-	parts := int32(len(in.Partitions))
-	want := map[string]map[string]*string{
-		cfg.Topics.Alerts:    nil,
-		cfg.Topics.DLQ:       nil,
-		cfg.Topics.Late:      nil,
-		cfg.ChangelogTopic(): changelogConfigs,
-	}
-	names := make([]string, 0, len(want))
-	for n := range want {
-		names = append(names, n)
+	var names []string
+	for _, w := range want {
+		if !w.source {
+			names = append(names, w.name)
+			continue
+		}
+		details, err := adm.ListTopics(rctx, w.name)
+		if err != nil {
+			return fmt.Errorf("list topics: %w", err)
+		}
+		in, ok := details[w.name]
+		if !ok || errors.Is(in.Err, kerr.UnknownTopicOrPartition) {
+			// Not permanent: the topic may be being created right now; the
+			// retry ends with this message after startup_timeout.
+			return fmt.Errorf("input topic %q does not exist (a rule's source): create it first", w.name)
+		}
+		if in.Err != nil {
+			return fmt.Errorf("describe %s: %w", w.name, in.Err)
+		}
+		parts[w.name] = int32(len(in.Partitions))
 	}
 	existing, err := adm.ListTopics(rctx, names...)
 	if err != nil {
 		return fmt.Errorf("list topics: %w", err)
 	}
-	for name, configs := range want {
-		td, ok := existing[name]
+	for _, w := range want {
+		if w.source {
+			continue
+		}
+		n := parts[w.like]
+		td, ok := existing[w.name]
 		if ok && td.Err == nil {
-			if name == cfg.ChangelogTopic() && int32(len(td.Partitions)) != parts {
-				return fmt.Errorf("consume: changelog topic %q has %d partitions, the input %q has %d: they must match: %w",
-					name, len(td.Partitions), cfg.Topics.Input, parts, errPermanent)
+			if w.mirror && int32(len(td.Partitions)) != n {
+				return fmt.Errorf("consume: topic %q has %d partitions, its source %q has %d: they must match: %w",
+					w.name, len(td.Partitions), w.like, n, errPermanent)
 			}
 			continue
 		}
 		if !cfg.CreateTopics {
-			return fmt.Errorf("consume: topic %q does not exist and create_topics is false: %w", name, errPermanent)
+			return fmt.Errorf("consume: topic %q does not exist and create_topics is false: %w", w.name, errPermanent)
 		}
-		_, err := adm.CreateTopic(rctx, parts, int16(cfg.ReplicationFactor), configs, name)
+		_, err := adm.CreateTopic(rctx, n, int16(cfg.ReplicationFactor), w.configs, w.name)
 		if errors.Is(err, kerr.TopicAlreadyExists) {
 			continue // another replica created it a moment ago
 		}
 		if err != nil {
-			return fmt.Errorf("create topic %s: %w", name, err)
+			return fmt.Errorf("create topic %s: %w", w.name, err)
 		}
-		log.Info("consume: created topic", "topic", name, "partitions", parts)
+		log.Info("consume: created topic", "topic", w.name, "partitions", n)
 	}
 	// A created topic is usable once every partition has a leader in the
 	// metadata; until then restores and produces would fail.
@@ -122,18 +143,21 @@ func ensureTopicsOnce(ctx context.Context, cfg config.Config, adm *kadm.Client, 
 			return fmt.Errorf("list topics: %w", err)
 		}
 		missing := ""
-		for _, name := range names {
-			td, ok := ready[name]
-			// Output topics may have any partition count; the changelog
-			// must mirror the input (checked above).
+		for _, w := range want {
+			if w.source {
+				continue
+			}
+			td, ok := ready[w.name]
+			// Output topics may have any partition count; changelogs and
+			// repartition topics must mirror their source (checked above).
 			if !ok || td.Err != nil || len(td.Partitions) == 0 ||
-				(name == cfg.ChangelogTopic() && int32(len(td.Partitions)) != parts) {
-				missing = name
+				(w.mirror && int32(len(td.Partitions)) != parts[w.like]) {
+				missing = w.name
 				break
 			}
 			for _, pd := range td.Partitions {
 				if pd.Err != nil || pd.Leader < 0 {
-					missing = name
+					missing = w.name
 				}
 			}
 		}

@@ -12,12 +12,14 @@ import (
 	"github.com/vibeline/processor/internal/window"
 )
 
-// Changelog record keys. A changelog partition mirrors the state of the
-// input partition with the same number.
+// Changelog record keys. A rule's changelog partition mirrors the rule's
+// state of the input partition with the same number.
 const (
-	changelogKeyPrefix = 'k' // "k" + rule key: one key's window state (window encoding)
-	changelogMeta      = "m" // the partition's window meta (watermark), window encoding
+	changelogKeyPrefix = 'k' // "k" + entry name: one key's window state (pipeline.Partition names)
+	changelogMeta      = "m" // the partition's window meta (watermark)
 	changelogAcct      = "a" // the partition's accounting record, JSON
+	changelogHash      = "h" // the rule's hash (rules.Hash) when the state was written
+	changelogExtra     = "x" // the partition's extra state (pipeline.Partition.EncodeExtra)
 )
 
 // DecodeAccounting parses a changelog accounting record.
@@ -32,55 +34,125 @@ func DecodeAccounting(b []byte) (pipeline.Accounting, error) {
 	return a, nil
 }
 
-// part is one owned input partition: its window state, its committed
-// changelog position and its accounting. Only Run's goroutine touches it.
+// pkey names an input partition.
+type pkey struct {
+	topic string
+	id    int32
+}
+
+// part is one owned input partition: the state of every rule that reads it.
+// Only Run's goroutine (and, within a poll, the one worker it hands the
+// partition to) touches it.
 type part struct {
-	id     int32
-	win    *window.Partition
-	target int64 // committed changelog position (next offset)
-	acct   pipeline.Accounting
+	pkey
+	src *source
+	rs  []*rulePart // one per src.tasks, same order
 
 	endOffset  int64     // last stable offset at the last fetch
 	lastRecord time.Time // record timestamp of the last record consumed
 
+	// Of a source partition with repartitioned rules (Processor.markers),
+	// as of the open batch and as last committed (an abort goes back).
+	fwd, committedFwd fwdState
+
 	// Of the open batch:
-	stats     batchStats
-	touched   bool
+	stats   batchStats
+	touched bool
+}
+
+// fwdState is what a source partition's forwarder knows.
+type fwdState struct {
+	next     int64     // offset after the last record handled
+	max      int64     // largest event time forwarded (NoWatermark: none)
+	active   time.Time // when it last forwarded a record
+	sent     bool      // a marker was sent, with:
+	sentMax  int64
+	sentIdle bool
+}
+
+// rulePart is one rule's state over one input partition.
+type rulePart struct {
+	t      *task
+	win    *pipeline.Partition
+	target int64 // committed changelog position (next offset)
+	acct   pipeline.Accounting
+	hashOK bool // the committed state carries the rule's hash
+
+	// Of the open batch:
 	lastCL    *kgo.Record         // last changelog record produced in this batch
 	batchAcct pipeline.Accounting // acct as it will be once the batch commits
 }
 
-// loadPart builds a partition's in-memory state from the local store, which
-// holds exactly its committed state.
-func loadPart(st *state.Store, stage *pipeline.Stage, p int32) (*part, error) {
-	win := stage.NewPartition()
-	pt := &part{id: p, win: win, acct: pipeline.Accounting{Version: 1}, stats: newBatchStats()}
-	target, _, err := st.Checkpoint(p)
+// ErrRuleChanged is returned when a rule's stored state was written by a
+// different definition of the same rule id and version.
+var ErrRuleChanged = fmt.Errorf("consume: rule changed without a version bump")
+
+// loadRulePart builds a rule's in-memory state of partition p from its
+// local store, which holds exactly its committed state.
+func loadRulePart(t *task, p int32) (*rulePart, error) {
+	rp := &rulePart{t: t, win: t.stage.NewPartition(), acct: pipeline.Accounting{Version: 1}}
+	target, _, err := t.store.Checkpoint(p)
 	if err != nil {
 		return nil, err
 	}
-	pt.target = target
-	err = st.Scan(p, func(name, value []byte) error {
+	rp.target = target
+	var stored string
+	err = t.store.Scan(p, func(name, value []byte) error {
 		switch {
 		case string(name) == changelogMeta:
-			return win.LoadMeta(value)
+			return rp.win.LoadMeta(value)
 		case string(name) == changelogAcct:
 			a, err := DecodeAccounting(value)
-			pt.acct = a
+			rp.acct = a
 			return err
+		case string(name) == changelogExtra:
+			return rp.win.LoadExtra(value)
+		case string(name) == changelogHash:
+			stored = string(value)
+			return nil
 		case len(name) > 0 && name[0] == changelogKeyPrefix:
-			return win.LoadKey(string(name[1:]), value)
+			return rp.win.LoadKey(string(name[1:]), value)
 		default:
 			return fmt.Errorf("unknown state entry %q", name)
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("consume: load partition %d: %w", p, err)
+		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}
-	win.ClearDirty()
-	pt.batchAcct = pt.acct
+	if stored != "" && stored != t.rule.Hash {
+		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s; bump the rule's version and replay (processor replay), or restore the old definition",
+			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.rule.Hash)
+	}
+	rp.hashOK = stored != ""
+	rp.win.ClearDirty()
+	rp.batchAcct = rp.acct
+	return rp, nil
+}
+
+// loadPart builds a partition's in-memory state from the local stores.
+func loadPart(src *source, k pkey) (*part, error) {
+	pt := &part{pkey: k, src: src, stats: newBatchStats()}
+	pt.fwd.max = window.NoWatermark
+	pt.committedFwd = pt.fwd
+	for _, t := range src.tasks {
+		rp, err := loadRulePart(t, k.id)
+		if err != nil {
+			return nil, err
+		}
+		pt.rs = append(pt.rs, rp)
+	}
 	return pt, nil
 }
+
+func (rp *rulePart) nextTarget() int64 {
+	if rp.lastCL != nil {
+		return rp.lastCL.Offset + 1
+	}
+	return rp.target
+}
+
+// store returns the rule part's local store.
+func (rp *rulePart) store() *state.Store { return rp.t.store }
 
 // batchStats are what a partition's records produced in the open batch,
 // counted into the metrics and the status page when the batch commits.

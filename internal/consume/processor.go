@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/state"
 	"github.com/vibeline/processor/internal/txn"
 	"github.com/vibeline/processor/internal/window"
@@ -51,28 +53,61 @@ type Processor struct {
 	extra   []kgo.Opt
 	onCmt   func()
 	abortFn func() bool
-	stage   *pipeline.Stage
 	workers int // partitions processed in parallel
-	store   *state.Store
+
+	tasks   []*task            // one per rule
+	sources map[string]*source // by subscribed topic
+	topics  []string           // subscribed topics, sorted
+	primary string             // the first rule's source: its partitions are labelled by number alone
 	sess    txn.Session
-	restore *changelogReader
-	input   string
-	cl      string // changelog topic
+	fatal   atomic.Pointer[error] // set by a rebalance callback: Run stops with it
 
 	// mu guards parts and fresh: the restore callback (a franz-go
 	// goroutine) installs partitions, Run's goroutine uses them.
 	mu    sync.Mutex
-	parts map[int32]*part
-	fresh map[int32]bool // newly assigned, awaiting restore
+	parts map[pkey]*part
+	fresh map[pkey]bool // newly assigned, awaiting restore
 
 	// Of the open batch (Run's goroutine only):
 	inTxn    bool
 	txnStart time.Time
 	batch    []*part
 
-	board    statusBoard
-	storeRef atomic.Pointer[state.Store] // for the scrape-time disk gauge
-	kprom    *kprom.Metrics
+	board     statusBoard
+	storesRef atomic.Pointer[[]*state.Store] // for the scrape-time disk gauge
+	kprom     *kprom.Metrics
+}
+
+// task is one rule running in this processor: its stage, its local store
+// and its changelog. Its input is the rule's source topic, or its
+// repartition topic when the rule is repartitioned.
+type task struct {
+	rule    *rules.Compiled
+	stage   *pipeline.Stage
+	ns      string // "<rule id>.v<version>": the rule's name in commit metadata
+	input   string // the topic whose records feed the rule's state
+	cl      string // changelog topic
+	dir     string // local store directory
+	store   *state.Store
+	restore *changelogReader
+	alerts  string
+	dlq     string
+	late    string
+}
+
+// source is one subscribed topic: the rules whose state it feeds, the
+// repartitioned rules it feeds through their repartition topics, and the
+// dead-letter topics of its records.
+type source struct {
+	topic    string
+	check    *pipeline.Stage // decodes and validates the topic's records
+	tasks    []*task         // rules whose state this topic feeds
+	forwards []*task         // repartitioned rules fed from this topic
+	dlqs     []string        // distinct dead-letter topics of tasks and forwards
+	// markers: the topic is a repartition topic, whose keyless records
+	// without value are watermark markers.
+	markers    bool
+	partitions int // partition count (known once Run checked the topics)
 }
 
 // New builds a processor for cfg. It does not contact Kafka; Run does.
@@ -86,9 +121,9 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 	if o.Metrics == nil {
 		return nil, errors.New("consume: Options.Metrics is required")
 	}
-	stage, err := pipeline.NewStage(cfg.Rule)
+	rs, err := cfg.Rules()
 	if err != nil {
-		return nil, fmt.Errorf("consume: %w", err)
+		return nil, err
 	}
 	p := &Processor{
 		cfg:     cfg,
@@ -98,23 +133,27 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		extra:   o.ExtraKgoOpts,
 		onCmt:   o.OnCommit,
 		abortFn: o.AbortBatch,
-		stage:   stage,
 		workers: runtime.GOMAXPROCS(0),
-		input:   cfg.Topics.Input,
-		cl:      cfg.ChangelogTopic(),
-		parts:   map[int32]*part{},
-		fresh:   map[int32]bool{},
+		sources: map[string]*source{},
+		parts:   map[pkey]*part{},
+		fresh:   map[pkey]bool{},
+	}
+	if err := p.plan(rs); err != nil {
+		return nil, err
 	}
 	if err := o.Metrics.Register(newCollector(p)); err != nil {
 		return nil, err
 	}
 	if err := o.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "processor_state_disk_bytes", Help: "Disk space of the local Pebble store.",
+		Name: "processor_state_disk_bytes", Help: "Disk space of the local Pebble stores.",
 	}, func() float64 {
-		if st := p.storeRef.Load(); st != nil {
-			return float64(st.Stats().DiskBytes)
+		var n uint64
+		if sts := p.storesRef.Load(); sts != nil {
+			for _, st := range *sts {
+				n += st.Stats().DiskBytes
+			}
 		}
-		return 0
+		return float64(n)
 	})); err != nil {
 		return nil, err
 	}
@@ -122,10 +161,91 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 	return p, nil
 }
 
-// StateDir is where the rule's local store lives: one directory per rule id
-// and version, so two versions never share state.
+// plan builds the tasks and sources of the rules.
+func (p *Processor) plan(rs []*rules.Compiled) error {
+	skew := p.cfg.Rule.MaxFutureSkew.Milliseconds()
+	src := func(topic string, repartitioned bool, t *task) (*source, error) {
+		if s := p.sources[topic]; s != nil {
+			return s, nil
+		}
+		st, err := pipeline.NewRuleStage(t.rule, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: repartitioned})
+		if err != nil {
+			return nil, fmt.Errorf("consume: %w", err)
+		}
+		s := &source{topic: topic, check: st}
+		p.sources[topic] = s
+		p.topics = append(p.topics, topic)
+		return s, nil
+	}
+	for _, r := range rs {
+		t := &task{
+			rule:   r,
+			ns:     fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version),
+			input:  r.Rule.Source,
+			cl:     p.cfg.ChangelogFor(r),
+			dir:    RuleStateDir(p.cfg, r),
+			alerts: r.Rule.Outputs.Alerts,
+			dlq:    r.Rule.Outputs.DLQ,
+			late:   r.Rule.Outputs.Late,
+		}
+		repart := r.Rule.Repartitioned()
+		if repart {
+			t.input = p.cfg.RepartitionFor(r)
+		}
+		st, err := pipeline.NewRuleStage(r, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: repart})
+		if err != nil {
+			return fmt.Errorf("consume: %w", err)
+		}
+		t.stage = st
+		p.tasks = append(p.tasks, t)
+		from, err := src(r.Rule.Source, false, t)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(from.dlqs, t.dlq) {
+			from.dlqs = append(from.dlqs, t.dlq)
+		}
+		if !repart {
+			from.tasks = append(from.tasks, t)
+			continue
+		}
+		from.forwards = append(from.forwards, t)
+		in, err := src(t.input, true, t)
+		if err != nil {
+			return err
+		}
+		in.tasks = append(in.tasks, t)
+		in.dlqs = []string{t.dlq}
+		in.markers = true
+	}
+	p.primary = rs[0].Rule.Source
+	slices.Sort(p.topics)
+	return nil
+}
+
+// StateDir is where the local store of the configuration's first rule
+// lives (see RuleStateDir).
 func StateDir(cfg config.Config) string {
-	return filepath.Join(cfg.StateDir, fmt.Sprintf("%s-v%d", cfg.Rule.ID, cfg.Rule.Version))
+	rs, err := cfg.Rules()
+	if err != nil || len(rs) == 0 {
+		return filepath.Join(cfg.StateDir, fmt.Sprintf("%s-v%d", cfg.Rule.ID, cfg.Rule.Version))
+	}
+	return RuleStateDir(cfg, rs[0])
+}
+
+// RuleStateDir is where a rule's local store lives: one directory per rule
+// id and version, so two versions never share state.
+func RuleStateDir(cfg config.Config, r *rules.Compiled) string {
+	return filepath.Join(cfg.StateDir, fmt.Sprintf("%s-v%d", r.Rule.ID, r.Rule.Version))
+}
+
+// label is the metric label of an input partition: its number on the
+// primary input topic, "<topic>/<number>" on any other.
+func (p *Processor) label(k pkey) string {
+	if k.topic == p.primary {
+		return strconv.Itoa(int(k.id))
+	}
+	return k.topic + "/" + strconv.Itoa(int(k.id))
 }
 
 // Run runs the processor until ctx ends (a clean shutdown: the open batch
@@ -133,25 +253,40 @@ func StateDir(cfg config.Config) string {
 func (p *Processor) Run(ctx context.Context) error {
 	startCtx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout)
 	defer cancel()
-	if err := ensureTopics(startCtx, p.cfg, p.baseOpts(), p.log); err != nil {
-		return err
-	}
-	st, err := state.Open(StateDir(p.cfg), p.log)
+	counts, err := ensureTopics(startCtx, p.cfg, p.wantTopics(), p.baseOpts(), p.log)
 	if err != nil {
 		return err
 	}
-	p.store = st
-	p.storeRef.Store(st)
+	for topic, src := range p.sources {
+		src.partitions = int(counts[topic])
+	}
+	var stores []*state.Store
 	defer func() {
-		p.storeRef.Store(nil)
-		st.Close()
+		p.storesRef.Store(nil)
+		for _, st := range stores {
+			st.Close()
+		}
 	}()
-	p.restore = &changelogReader{topic: p.cl, opts: p.baseOpts()}
+	manual := map[string]bool{}
+	for _, t := range p.tasks {
+		st, err := state.Open(t.dir, p.log)
+		if err != nil {
+			return err
+		}
+		stores = append(stores, st)
+		t.store = st
+		t.restore = &changelogReader{topic: t.cl, opts: p.baseOpts()}
+		manual[t.cl] = true
+	}
+	p.storesRef.Store(&stores)
 
 	opts := append(p.baseOpts(),
 		kgo.WithHooks(p.kprom),
 		kgo.ConsumerGroup(p.cfg.GroupID),
-		kgo.ConsumeTopics(p.input),
+		kgo.ConsumeTopics(p.topics...),
+		// Range assignment gives partition n of every subscribed topic to
+		// the same member (all have the same partition count).
+		kgo.Balancers(kgo.RangeBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
@@ -159,7 +294,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
 		kgo.HeartbeatInterval(min(3*time.Second, p.cfg.SessionTimeout/3)),
 		kgo.InstanceID(p.cfg.InstanceID),
-		kgo.RecordPartitioner(partitioner{manual: p.cl, def: kgo.StickyKeyPartitioner(nil)}),
+		kgo.RecordPartitioner(partitioner{manual: manual, def: kgo.StickyKeyPartitioner(nil)}),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
@@ -178,8 +313,12 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume: start (kafka %v): %w", p.cfg.Brokers, err)
 	}
+	for _, t := range p.tasks {
+		p.log.Info("processor rule", "rule", t.rule.Rule.ID, "rule_version", t.rule.Rule.Version, "hash", t.rule.Hash[:16],
+			"input", t.input, "source", t.rule.Rule.Source, "changelog", t.cl, "alerts", t.alerts)
+	}
 	p.log.Info("processor started", "group", p.cfg.GroupID, "instance", p.cfg.InstanceID,
-		"mode", p.cfg.Mode, "topic", p.input, "changelog", p.cl, "rule", p.cfg.Rule.ID, "rule_version", p.cfg.Rule.Version)
+		"mode", p.cfg.Mode, "topics", p.topics, "rules", len(p.tasks))
 	err = p.loop(ctx)
 	p.sess.Close()
 	p.setReady(false)
@@ -187,6 +326,31 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.leaveGroup()
 	}
 	return err
+}
+
+// wantTopics lists the topics the rules read and write, for ensureTopics.
+func (p *Processor) wantTopics() []wantTopic {
+	var want []wantTopic
+	add := func(w wantTopic) {
+		for _, x := range want {
+			if x.name == w.name {
+				return
+			}
+		}
+		want = append(want, w)
+	}
+	for _, t := range p.tasks {
+		src := t.rule.Rule.Source
+		add(wantTopic{name: src, source: true})
+		if t.input != src {
+			add(wantTopic{name: t.input, like: src, mirror: true, configs: repartitionConfigs})
+		}
+		add(wantTopic{name: t.cl, like: src, mirror: true, configs: changelogConfigs})
+		add(wantTopic{name: t.alerts, like: src})
+		add(wantTopic{name: t.dlq, like: src})
+		add(wantTopic{name: t.late, like: src})
+	}
+	return want
 }
 
 // leaveGroup removes this instance's static membership after a clean
@@ -234,6 +398,9 @@ func (p *Processor) loop(ctx context.Context) error {
 		cancel()
 		if fetches.IsClientClosed() {
 			return errors.New("consume: client closed")
+		}
+		if err := p.fatal.Load(); err != nil {
+			return *err
 		}
 		fetches.EachError(func(t string, part int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -297,10 +464,10 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 			return
 		}
 		p.mu.Lock()
-		pt := p.parts[fp.Partition]
+		pt := p.parts[pkey{fp.Topic, fp.Partition}]
 		p.mu.Unlock()
 		if pt == nil {
-			err = fmt.Errorf("consume: records of partition %d arrived before its state was restored", fp.Partition)
+			err = fmt.Errorf("consume: records of %s/%d arrived before its state was restored", fp.Topic, fp.Partition)
 			return
 		}
 		todo = append(todo, work{pt, fp})
@@ -347,8 +514,12 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 	return nil
 }
 
-// handle runs one input record through the pipeline stage and produces its
-// outputs into the open batch.
+// handle runs one input record through every rule that reads its topic
+// and produces their outputs into the open batch: the record is decoded and
+// validated once; a record that fails is dead-lettered once per distinct
+// dead-letter topic and counted by every rule; a valid one is applied to
+// each rule's state, and forwarded to the repartition topic of each
+// repartitioned rule of the topic.
 func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 	in := pipeline.Input{
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
@@ -360,89 +531,160 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 			in.Headers[i] = pipeline.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	p.stage.Process(pt.win, in, &pt.batchAcct, func(o pipeline.Output) {
-		rec := &kgo.Record{Key: o.Key, Value: o.Value}
-		switch o.Kind {
-		case pipeline.Alert:
-			rec.Topic = p.cfg.Topics.Alerts
-			pt.stats.alerts[o.Status]++
-			pt.stats.vals = append(pt.stats.vals, o.Value)
-			pt.stats.ts = append(pt.stats.ts, r.Timestamp)
-		case pipeline.DeadLetter:
-			rec.Topic = p.cfg.Topics.DLQ
-			pt.stats.dlq[o.Reason]++
-		case pipeline.TooLate:
-			rec.Topic = p.cfg.Topics.Late
-		}
-		if len(o.Headers) > 0 {
-			rec.Headers = make([]kgo.RecordHeader, len(o.Headers))
-			for i, h := range o.Headers {
-				rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+	src := pt.src
+	if src.markers && pipeline.IsMarker(&in) {
+		for _, rp := range pt.rs {
+			t := rp.t
+			err := t.stage.Marker(rp.win, in, &rp.batchAcct, func(o pipeline.Output) {
+				pt.stats.alerts[o.Status]++
+				pt.stats.vals = append(pt.stats.vals, o.Value)
+				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
+				p.sess.Produce(ctx, outRecord(t.alerts, o))
+			})
+			if err != nil {
+				p.log.Warn("consume: bad watermark marker skipped", "err", err)
 			}
 		}
-		p.sess.Produce(ctx, rec)
-	})
+		return
+	}
+	pt.fwd.next = r.Offset + 1
+	ev, verr := src.check.Check(&in)
+	if verr != nil {
+		for _, rp := range pt.rs {
+			rp.batchAcct.Records++
+			rp.batchAcct.NextOffset = in.Offset + 1
+			rp.batchAcct.DeadLettered++
+		}
+		o := pipeline.DeadLetterOutput(in, verr)
+		pt.stats.dlq[o.Reason]++
+		for _, topic := range src.dlqs {
+			p.sess.Produce(ctx, outRecord(topic, o))
+		}
+		return
+	}
+	for _, rp := range pt.rs {
+		t := rp.t
+		t.stage.Apply(rp.win, &ev, in, &rp.batchAcct, func(o pipeline.Output) {
+			var topic string
+			switch o.Kind {
+			case pipeline.Alert:
+				topic = t.alerts
+				pt.stats.alerts[o.Status]++
+				pt.stats.vals = append(pt.stats.vals, o.Value)
+				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
+			case pipeline.DeadLetter:
+				topic = t.dlq
+				pt.stats.dlq[o.Reason]++
+			case pipeline.TooLate:
+				topic = t.late
+			}
+			p.sess.Produce(ctx, outRecord(topic, o))
+		})
+	}
+	if len(src.forwards) > 0 {
+		pt.fwd.max = max(pt.fwd.max, ev.TS)
+		pt.fwd.active = p.now()
+	}
+	for _, t := range src.forwards {
+		p.sess.Produce(ctx, &kgo.Record{
+			Topic: t.input, Key: []byte(t.stage.KeyOf(&ev)), Value: r.Value, Timestamp: r.Timestamp,
+			Headers: append(slices.Clip(r.Headers),
+				kgo.RecordHeader{Key: pipeline.HeaderSourceTopic, Value: []byte(r.Topic)},
+				kgo.RecordHeader{Key: pipeline.HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
+				kgo.RecordHeader{Key: pipeline.HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)}),
+		})
+	}
+}
+
+func outRecord(topic string, o pipeline.Output) *kgo.Record {
+	rec := &kgo.Record{Topic: topic, Key: o.Key, Value: o.Value}
+	if len(o.Headers) > 0 {
+		rec.Headers = make([]kgo.RecordHeader, len(o.Headers))
+		for i, h := range o.Headers {
+			rec.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	return rec
 }
 
 // commit ends the open batch: it writes each touched partition's changed
-// state to the changelog, then commits (or, on failure, aborts) the
-// transaction, and applies the state to the local store only once Kafka
-// committed it.
+// state of every rule to the rule's changelog, then commits (or, on
+// failure, aborts) the transaction, and applies the state to the local
+// stores only once Kafka committed it.
 func (p *Processor) commit(ctx context.Context) error {
 	start := p.now()
-	b := p.store.NewBatch()
+	batches := map[*task]*state.Batch{}
 	var stageErr error
-	stage := func(pt *part, name []byte, value []byte) {
+	stage := func(rp *rulePart, id int32, name []byte, value []byte) {
 		if stageErr != nil {
 			return
 		}
-		rec := &kgo.Record{Topic: p.cl, Partition: pt.id, Key: name, Value: value}
+		b := batches[rp.t]
+		if b == nil {
+			b = rp.t.store.NewBatch()
+			batches[rp.t] = b
+		}
+		rec := &kgo.Record{Topic: rp.t.cl, Partition: id, Key: name, Value: value}
 		p.sess.Produce(ctx, rec)
-		pt.lastCL = rec
-		stageErr = b.Put(pt.id, name, value)
+		rp.lastCL = rec
+		stageErr = b.Put(id, name, value)
 	}
+	p.markers(ctx)
 	for _, pt := range p.batch {
-		pt.win.Sweep()
-		keys, meta := pt.win.Dirty()
-		for _, k := range keys {
-			stage(pt, append([]byte{changelogKeyPrefix}, k...), pt.win.EncodeKey(k))
+		for _, rp := range pt.rs {
+			rp.win.Sweep()
+			names, meta := rp.win.Dirty()
+			for _, k := range names {
+				stage(rp, pt.id, append([]byte{changelogKeyPrefix}, k...), rp.win.EncodeKey(k))
+			}
+			if meta {
+				stage(rp, pt.id, []byte(changelogMeta), rp.win.EncodeMeta())
+			}
+			if rp.win.ExtraDirty() {
+				stage(rp, pt.id, []byte(changelogExtra), rp.win.EncodeExtra())
+			}
+			if !rp.hashOK {
+				stage(rp, pt.id, []byte(changelogHash), []byte(rp.t.rule.Hash))
+			}
+			acct, err := jsonMarshal(rp.batchAcct)
+			if err != nil {
+				stageErr = err
+			}
+			stage(rp, pt.id, []byte(changelogAcct), acct)
 		}
-		if meta {
-			stage(pt, []byte(changelogMeta), pt.win.EncodeMeta())
+	}
+	discard := func() {
+		for _, b := range batches {
+			b.Discard()
 		}
-		acct, err := jsonMarshal(pt.batchAcct)
-		if err != nil {
-			stageErr = err
-		}
-		stage(pt, []byte(changelogAcct), acct)
 	}
 	want := stageErr == nil && (p.abortFn == nil || !p.abortFn())
 	committed, err := p.sess.End(ctx, want, func(topic string, partition int32) (string, error) {
-		pt := p.batchPart(partition)
+		pt := p.batchPart(pkey{topic, partition})
 		if pt == nil {
-			return "", fmt.Errorf("consume: commit of partition %d without its state", partition)
+			return "", fmt.Errorf("consume: commit of %s/%d without its state", topic, partition)
 		}
-		return txn.EncodeMeta(pt.nextTarget()), nil
+		return pt.meta(), nil
 	})
 	p.inTxn = false
 	dur := p.now().Sub(start)
 	p.met.CommitSeconds.Observe(dur.Seconds())
 	if stageErr != nil {
-		b.Discard()
+		discard()
 		return fmt.Errorf("consume: stage state: %w", stageErr)
 	}
 	if err != nil && !errors.Is(err, txn.ErrProduce) {
-		b.Discard()
+		discard()
 		p.met.Transactions.WithLabelValues("failed").Inc()
 		return err
 	}
 	if !committed {
-		b.Discard()
+		discard()
 		p.met.Transactions.WithLabelValues("aborted").Inc()
 		p.log.Info("consume: batch aborted, rewinding to the committed state", "partitions", len(p.batch), "err", err)
-		aborted := make([]int32, len(p.batch))
+		aborted := make([]pkey, len(p.batch))
 		for i, pt := range p.batch {
-			aborted[i] = pt.id
+			aborted[i] = pt.pkey
 		}
 		if err := p.reloadAll(); err != nil {
 			return err
@@ -453,34 +695,51 @@ func (p *Processor) commit(ctx context.Context) error {
 		return nil
 	}
 	for _, pt := range p.batch {
-		if err := b.SetCheckpoint(pt.id, pt.nextTarget()); err != nil {
-			b.Discard()
-			return err
+		for _, rp := range pt.rs {
+			if b := batches[rp.t]; b != nil {
+				if err := b.SetCheckpoint(pt.id, rp.nextTarget()); err != nil {
+					discard()
+					return err
+				}
+			}
 		}
 	}
-	if err := b.Commit(); err != nil {
-		return err
+	for _, t := range p.tasks {
+		if b := batches[t]; b != nil {
+			if err := b.Commit(); err != nil {
+				return err
+			}
+		}
 	}
+	p.mu.Lock()
+	for _, pt := range p.parts {
+		pt.committedFwd = pt.fwd
+	}
+	p.mu.Unlock()
 	for _, pt := range p.batch {
 		p.countCommitted(pt)
-		pt.target = pt.nextTarget()
-		pt.acct = pt.batchAcct
-		pt.lastCL = nil
-		pt.touched = false
-		pt.win.ClearDirty()
-		if w := pt.win.Watermark(); w != window.NoWatermark {
-			p.met.Watermark.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(w) / 1000)
+		for _, rp := range pt.rs {
+			rp.target = rp.nextTarget()
+			rp.acct = rp.batchAcct
+			rp.lastCL = nil
+			rp.hashOK = true
+			rp.win.ClearDirty()
 		}
-		st := pt.win.Stats()
-		p.met.StateKeys.WithLabelValues(strconv.Itoa(int(pt.id))).Set(float64(st.Keys))
-		p.board.update(pt.id, func(ps *PartitionStatus) {
-			ps.CommittedOffset = pt.acct.NextOffset
+		pt.touched = false
+		lbl := p.label(pt.pkey)
+		wm, st := pt.summary()
+		if wm != window.NoWatermark {
+			p.met.Watermark.WithLabelValues(lbl).Set(float64(wm) / 1000)
+		}
+		p.met.StateKeys.WithLabelValues(lbl).Set(float64(st.Keys))
+		p.board.update(pt.pkey, func(ps *PartitionStatus) {
+			ps.CommittedOffset = pt.nextOffset(ps.CommittedOffset)
 			ps.EndOffset = max(pt.endOffset, ps.EndOffset)
 			ps.Lag = ps.EndOffset - ps.CommittedOffset
-			ps.Watermark = pt.win.Watermark()
+			ps.Watermark = wm
 			ps.LastRecord = pt.lastRecord
 			ps.Keys, ps.Events, ps.OpenIncidents = st.Keys, st.Events, st.OpenIncidents
-			ps.ChangelogNext = pt.target
+			ps.ChangelogNext = pt.changelogNext()
 		})
 	}
 	now := p.now()
@@ -508,61 +767,150 @@ func (p *Processor) commit(ctx context.Context) error {
 	return nil
 }
 
-func (pt *part) nextTarget() int64 {
-	if pt.lastCL != nil {
-		return pt.lastCL.Offset + 1
+// IdleAfter is how long a caught-up source partition forwards nothing
+// before its forwarder reports it idle, so that it stops holding back the
+// watermarks of the repartition topics it feeds (Flink's idleness).
+const IdleAfter = 30 * time.Second
+
+// markers reports, to every partition of each repartition topic fed by an
+// owned source partition, that source partition's largest forwarded event
+// time and whether it is idle, when that changed since the last report. The
+// reports are written in the open transaction, after every record it
+// forwarded, so they never run ahead of those records.
+func (p *Processor) markers(ctx context.Context) {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pt := range p.parts {
+		src := pt.src
+		if len(src.forwards) == 0 || src.partitions == 0 {
+			continue
+		}
+		f := &pt.fwd
+		idle := f.next >= pt.endOffset && (f.active.IsZero() || now.Sub(f.active) >= IdleAfter)
+		if f.sent && f.sentMax == f.max && f.sentIdle == idle {
+			continue
+		}
+		hs := pipeline.MarkerRecord(pt.id, src.partitions, f.max, idle)
+		kh := make([]kgo.RecordHeader, len(hs))
+		for i, h := range hs {
+			kh[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		for _, t := range src.forwards {
+			for q := 0; q < src.partitions; q++ {
+				p.sess.Produce(ctx, &kgo.Record{Topic: t.input, Partition: int32(q), Headers: kh})
+			}
+		}
+		f.sent, f.sentMax, f.sentIdle = true, f.max, idle
 	}
-	return pt.target
 }
 
-func (p *Processor) batchPart(id int32) *part {
+// meta is the commit metadata of the partition's input offset: the
+// changelog position of every rule that reads it ("v1 cl=<n>" when one rule
+// does, as before several rules existed).
+func (pt *part) meta() string {
+	if len(pt.rs) == 1 {
+		return txn.EncodeMeta(pt.rs[0].nextTarget())
+	}
+	pos := make(map[string]int64, len(pt.rs))
+	for _, rp := range pt.rs {
+		pos[rp.t.ns] = rp.nextTarget()
+	}
+	return txn.EncodePositions(pos)
+}
+
+// summary is the partition's watermark (the earliest of its rules') and
+// state size (summed over its rules).
+func (pt *part) summary() (int64, pipeline.Stats) {
+	wm := window.NoWatermark
+	var st pipeline.Stats
+	for i, rp := range pt.rs {
+		if w := rp.win.Watermark(); i == 0 || w < wm {
+			wm = w
+		}
+		s := rp.win.Stats()
+		st.Keys += s.Keys
+		st.Events += s.Events
+		st.Dedup += s.Dedup
+		st.OpenIncidents += s.OpenIncidents
+	}
+	return wm, st
+}
+
+// nextOffset is the next input offset after the committed records (the
+// accounting's), or def when no rule counts the partition's records.
+func (pt *part) nextOffset(def int64) int64 {
+	if len(pt.rs) == 0 {
+		return def
+	}
+	return pt.rs[0].acct.NextOffset
+}
+
+// changelogNext is the first rule's changelog position, for the status
+// page.
+func (pt *part) changelogNext() int64 {
+	if len(pt.rs) == 0 {
+		return 0
+	}
+	return pt.rs[0].target
+}
+
+func (p *Processor) batchPart(k pkey) *part {
 	for _, pt := range p.batch {
-		if pt.id == id {
+		if pt.pkey == k {
 			return pt
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.parts[id]
+	return p.parts[k]
 }
 
 func (p *Processor) countCommitted(pt *part) {
-	lbl := strconv.Itoa(int(pt.id))
-	n, o := pt.batchAcct, pt.acct
-	p.met.Records.WithLabelValues(lbl, "processed").Add(float64(n.Processed - o.Processed))
-	p.met.Records.WithLabelValues(lbl, "filtered").Add(float64(n.Filtered - o.Filtered))
-	p.met.Records.WithLabelValues(lbl, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
-	p.met.Records.WithLabelValues(lbl, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
-	p.met.Records.WithLabelValues(lbl, "too_late").Add(float64(n.TooLate - o.TooLate))
+	lbl := p.label(pt.pkey)
+	for _, rp := range pt.rs {
+		n, o := rp.batchAcct, rp.acct
+		p.met.Records.WithLabelValues(lbl, "processed").Add(float64(n.Processed - o.Processed))
+		p.met.Records.WithLabelValues(lbl, "filtered").Add(float64(n.Filtered - o.Filtered))
+		p.met.Records.WithLabelValues(lbl, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
+		p.met.Records.WithLabelValues(lbl, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
+		p.met.Records.WithLabelValues(lbl, "too_late").Add(float64(n.TooLate - o.TooLate))
+	}
 }
 
 // rewind points the consumer of each partition at the offset after the last
 // record its committed state counted. The transactional session rewinds by
 // itself; a plain client's CommittedOffsets leaves out partitions the group
 // never committed, which would skip the aborted batch's records there.
-func (p *Processor) rewind(ids []int32) {
-	to := map[int32]kgo.EpochOffset{}
+func (p *Processor) rewind(ks []pkey) {
+	to := map[string]map[int32]kgo.EpochOffset{}
 	p.mu.Lock()
-	for _, id := range ids {
-		if pt := p.parts[id]; pt != nil {
-			to[id] = kgo.EpochOffset{Epoch: -1, Offset: pt.acct.NextOffset}
+	for _, k := range ks {
+		pt := p.parts[k]
+		if pt == nil || len(pt.rs) == 0 {
+			continue
 		}
+		if to[k.topic] == nil {
+			to[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		to[k.topic][k.id] = kgo.EpochOffset{Epoch: -1, Offset: pt.rs[0].acct.NextOffset}
 	}
 	p.mu.Unlock()
-	p.sess.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{p.input: to})
+	p.sess.Client().SetOffsets(to)
 }
 
 // reloadAll replaces every owned partition's in-memory state by the
-// committed state of the local store (after an abort).
+// committed state of the local stores (after an abort).
 func (p *Processor) reloadAll() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for id := range p.parts {
-		pt, err := loadPart(p.store, p.stage, id)
+	for k, pt := range p.parts {
+		n, err := loadPart(pt.src, k)
 		if err != nil {
 			return err
 		}
-		p.parts[id] = pt
+		n.endOffset, n.fwd, n.committedFwd = pt.endOffset, pt.committedFwd, pt.committedFwd
+		p.parts[k] = n
 	}
 	p.batch = p.batch[:0]
 	p.board.mu.Lock()
@@ -575,125 +923,160 @@ func (p *Processor) reloadAll() error {
 // only between batches, on a franz-go goroutine while Run's goroutine waits
 // in PollRecords.
 
+func keys(m map[string][]int32) []pkey {
+	var ks []pkey
+	for topic, ids := range m {
+		for _, id := range ids {
+			ks = append(ks, pkey{topic, id})
+		}
+	}
+	return ks
+}
+
 func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range assigned[p.input] {
+	for _, k := range keys(assigned) {
 		// Whatever we held for it is stale: another member may have
 		// committed since. It is restored when its offsets are fetched.
-		delete(p.parts, id)
-		p.fresh[id] = true
+		delete(p.parts, k)
+		p.fresh[k] = true
 	}
 	p.met.Rebalances.WithLabelValues("assigned").Inc()
 	p.setReady(false)
-	p.log.Info("consume: partitions assigned", "topic", p.input, "partitions", assigned[p.input])
+	p.log.Info("consume: partitions assigned", "partitions", assigned)
 }
 
 func (p *Processor) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	p.drop(revoked[p.input])
+	p.drop(keys(revoked))
 	p.met.Rebalances.WithLabelValues("revoked").Inc()
-	p.log.Info("consume: partitions revoked", "topic", p.input, "partitions", revoked[p.input])
+	p.log.Info("consume: partitions revoked", "partitions", revoked)
 }
 
 func (p *Processor) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	p.drop(lost[p.input])
+	p.drop(keys(lost))
 	p.met.Rebalances.WithLabelValues("lost").Inc()
-	p.log.Warn("consume: partitions lost", "topic", p.input, "partitions", lost[p.input])
+	p.log.Warn("consume: partitions lost", "partitions", lost)
 }
 
-func (p *Processor) drop(ids []int32) {
-	p.board.remove(ids)
-	for _, id := range ids {
-		p.met.ForgetPartition(strconv.Itoa(int(id)))
+func (p *Processor) drop(ks []pkey) {
+	p.board.remove(ks)
+	for _, k := range ks {
+		p.met.ForgetPartition(p.label(k))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, id := range ids {
-		delete(p.parts, id)
-		delete(p.fresh, id)
+	for _, k := range ks {
+		delete(p.parts, k)
+		delete(p.fresh, k)
 	}
 }
 
-// onFetched restores every newly assigned partition to exactly the
-// changelog position committed with its input offset, before any of its
-// records is fetched.
+// onFetched restores every rule's state of every newly assigned partition
+// to exactly the changelog position committed with its input offset, before
+// any of its records is fetched.
 func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
 	type committedOffset struct {
 		offset int64
 		meta   *string
 	}
-	found := map[int32]committedOffset{}
+	found := map[pkey]committedOffset{}
 	for _, t := range resp.Topics {
 		for _, pp := range t.Partitions {
-			found[pp.Partition] = committedOffset{pp.Offset, pp.Metadata}
+			found[pkey{t.Topic, pp.Partition}] = committedOffset{pp.Offset, pp.Metadata}
 		}
 	}
 	for _, g := range resp.Groups {
 		for _, t := range g.Topics {
 			for _, pp := range t.Partitions {
-				found[pp.Partition] = committedOffset{pp.Offset, pp.Metadata}
+				found[pkey{t.Topic, pp.Partition}] = committedOffset{pp.Offset, pp.Metadata}
 			}
 		}
 	}
 	p.mu.Lock()
-	var todo []int32
-	for id := range p.fresh {
-		todo = append(todo, id)
+	var todo []pkey
+	for k := range p.fresh {
+		todo = append(todo, k)
 	}
 	p.mu.Unlock()
-	slices.Sort(todo)
-	for _, id := range todo {
-		co, ok := found[id]
-		var target int64
-		var fromScratch bool
-		switch {
-		case ok && co.offset >= 0 && co.meta != nil:
-			t, okMeta := txn.DecodeMeta(*co.meta)
-			if okMeta {
-				target = t
-				break
-			}
-			fallthrough
-		case ok && co.offset >= 0:
-			end, err := p.restore.end(ctx, id)
-			if err != nil {
-				return err
-			}
-			p.log.Warn("consume: committed offset carries no changelog position; restoring to the changelog's end",
-				"partition", id, "offset", co.offset, "changelog_end", end)
-			target = end
-		default:
-			// No committed offset: the partition starts from its first
-			// record with empty state, from the changelog's current end.
-			end, err := p.restore.end(ctx, id)
-			if err != nil {
-				return err
-			}
-			target, fromScratch = end, true
+	slices.SortFunc(todo, func(a, b pkey) int {
+		if c := strings.Compare(a.topic, b.topic); c != 0 {
+			return c
+		}
+		return int(a.id - b.id)
+	})
+	for _, k := range todo {
+		src := p.sources[k.topic]
+		if src == nil {
+			continue
+		}
+		co, ok := found[k]
+		committed := ok && co.offset >= 0
+		var v1 int64
+		var v1ok bool
+		var pos map[string]int64
+		if committed && co.meta != nil {
+			v1, v1ok = txn.DecodeMeta(*co.meta)
+			pos, _ = txn.DecodePositions(*co.meta)
 		}
 		start := p.now()
-		p.board.update(id, func(ps *PartitionStatus) { ps.Restore = "restoring" })
-		if err := p.restorePartition(ctx, id, target, fromScratch); err != nil {
-			return err
+		p.board.update(k, func(ps *PartitionStatus) { ps.Restore = "restoring" })
+		for _, t := range src.tasks {
+			var target int64
+			var fromScratch bool
+			n, has := pos[t.ns]
+			switch {
+			case has:
+				target = n
+			case v1ok && len(src.tasks) == 1:
+				target = v1
+			case committed:
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				p.log.Warn("consume: committed offset carries no changelog position of this rule; restoring to the changelog's end (a rule added to a running group starts from the group's offsets)",
+					"topic", k.topic, "partition", k.id, "rule", t.ns, "offset", co.offset, "changelog_end", end)
+				target = end
+			default:
+				// No committed offset: the partition starts from its first
+				// record with empty state, from the changelog's current end.
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				target, fromScratch = end, true
+			}
+			if err := p.restorePartition(ctx, t, k.id, target, fromScratch); err != nil {
+				return p.fail(err)
+			}
 		}
-		pt, err := loadPart(p.store, p.stage, id)
+		pt, err := loadPart(src, k)
 		if err != nil {
-			return err
+			return p.fail(err)
 		}
-		st := pt.win.Stats()
-		p.board.update(id, func(ps *PartitionStatus) {
-			ps.Restore = fmt.Sprintf("restored to changelog offset %d in %s", target, p.now().Sub(start).Round(time.Millisecond))
+		if len(src.forwards) > 0 {
+			// Whether it is caught up (idle) is known before any fetch.
+			if pt.endOffset, err = p.endOffset(ctx, k); err != nil {
+				return p.fail(err)
+			}
+			pt.fwd.next = max(co.offset, 0)
+			pt.committedFwd = pt.fwd
+		}
+		wm, st := pt.summary()
+		p.board.update(k, func(ps *PartitionStatus) {
+			ps.Restore = fmt.Sprintf("restored %d rules in %s", len(pt.rs), p.now().Sub(start).Round(time.Millisecond))
 			ps.CommittedOffset = max(co.offset, 0)
-			ps.Watermark = pt.win.Watermark()
+			ps.Watermark = wm
 			ps.Keys, ps.Events, ps.OpenIncidents = st.Keys, st.Events, st.OpenIncidents
-			ps.ChangelogNext = target
+			ps.ChangelogNext = pt.changelogNext()
 		})
 		p.met.Restores.Inc()
 		p.met.RestoreSeconds.Observe(p.now().Sub(start).Seconds())
 		p.mu.Lock()
-		if p.fresh[id] {
-			delete(p.fresh, id)
-			p.parts[id] = pt
+		if p.fresh[k] {
+			delete(p.fresh, k)
+			p.parts[k] = pt
 		}
 		p.mu.Unlock()
 	}
@@ -701,30 +1084,45 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 	return nil
 }
 
-// restorePartition brings partition id's local state to the changelog
-// position target: from scratch (empty state at target), or by reading the
-// changelog from the local checkpoint.
-func (p *Processor) restorePartition(ctx context.Context, id int32, target int64, fromScratch bool) error {
+// endOffset returns an input partition's last stable offset.
+func (p *Processor) endOffset(ctx context.Context, k pkey) (int64, error) {
+	c := changelogReader{topic: k.topic, opts: p.baseOpts()}
+	return c.end(ctx, k.id)
+}
+
+// fail records a fatal error of a rebalance callback: Run stops with it
+// after the poll in progress.
+func (p *Processor) fail(err error) error {
+	if errors.Is(err, ErrRuleChanged) {
+		p.fatal.CompareAndSwap(nil, &err)
+	}
+	return err
+}
+
+// restorePartition brings a rule's local state of partition id to the
+// changelog position target: from scratch (empty state at target), or by
+// reading the changelog from the local checkpoint.
+func (p *Processor) restorePartition(ctx context.Context, t *task, id int32, target int64, fromScratch bool) error {
 	p.met.Restoring.Inc()
 	defer p.met.Restoring.Dec()
 	start := p.now()
 	if fromScratch {
-		if err := p.store.Drop(id); err != nil {
+		if err := t.store.Drop(id); err != nil {
 			return err
 		}
-		b := p.store.NewBatch()
+		b := t.store.NewBatch()
 		if err := b.SetCheckpoint(id, target); err != nil {
 			b.Discard()
 			return err
 		}
 		return b.Commit()
 	}
-	st, err := p.store.Restore(ctx, id, target, p.restore)
+	st, err := t.store.Restore(ctx, id, target, t.restore)
 	if err != nil {
 		return err
 	}
 	p.met.RestoredRecords.Add(float64(st.Records))
-	p.log.Info("consume: partition restored", "partition", id, "from", st.From, "to", st.To,
+	p.log.Info("consume: partition restored", "rule", t.ns, "partition", id, "from", st.From, "to", st.To,
 		"records", st.Records, "full", st.Full, "duration", p.now().Sub(start))
 	return nil
 }
@@ -738,14 +1136,15 @@ func (p *Processor) setReady(ok bool) {
 
 // partitioner sends changelog records to the partition they name and keys
 // every other record by its key (Kafka's murmur2, so a key's alerts stay in
-// order on one partition).
+// order on one partition, and a repartitioned key always lands on the same
+// partition of its repartition topic).
 type partitioner struct {
-	manual string
+	manual map[string]bool
 	def    kgo.Partitioner
 }
 
 func (pr partitioner) ForTopic(t string) kgo.TopicPartitioner {
-	if t == pr.manual {
+	if pr.manual[t] {
 		return kgo.ManualPartitioner().ForTopic(t)
 	}
 	return pr.def.ForTopic(t)

@@ -3,6 +3,7 @@ package consume
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 // PartitionStatus is what an operator sees of one owned input partition.
 // It is updated when a batch commits (and when a partition is restored).
 type PartitionStatus struct {
+	Topic           string
 	Partition       int32
 	CommittedOffset int64     // next input offset after the last committed batch
 	EndOffset       int64     // last stable offset of the input partition at the last fetch
@@ -48,32 +50,32 @@ const recentAlerts = 20
 // callbacks write it, HTTP handlers and collectors read it.
 type statusBoard struct {
 	mu     sync.Mutex
-	parts  map[int32]PartitionStatus
+	parts  map[pkey]PartitionStatus
 	recent [][]byte // ring, newest last
 	ready  bool
 	cmts   int64
 	aborts int64
 }
 
-func (b *statusBoard) update(id int32, fn func(*PartitionStatus)) {
+func (b *statusBoard) update(k pkey, fn func(*PartitionStatus)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.parts == nil {
-		b.parts = map[int32]PartitionStatus{}
+		b.parts = map[pkey]PartitionStatus{}
 	}
-	s, ok := b.parts[id]
+	s, ok := b.parts[k]
 	if !ok {
-		s = PartitionStatus{Partition: id, Watermark: window.NoWatermark}
+		s = PartitionStatus{Topic: k.topic, Partition: k.id, Watermark: window.NoWatermark}
 	}
 	fn(&s)
-	b.parts[id] = s
+	b.parts[k] = s
 }
 
-func (b *statusBoard) remove(ids []int32) {
+func (b *statusBoard) remove(ks []pkey) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, id := range ids {
-		delete(b.parts, id)
+	for _, k := range ks {
+		delete(b.parts, k)
 	}
 }
 
@@ -96,17 +98,31 @@ func (p *Processor) Status() Status {
 	defer b.mu.Unlock()
 	s := Status{
 		Instance: p.cfg.InstanceID, Group: p.cfg.GroupID, Mode: p.cfg.Mode,
-		Rule:  p.cfg.Rule.ID + " v" + strconv.Itoa(p.cfg.Rule.Version),
+		Rule:  p.ruleNames(),
 		Ready: b.ready, Commits: b.cmts, Aborts: b.aborts,
 	}
 	for _, ps := range b.parts {
 		s.Partitions = append(s.Partitions, ps)
 	}
-	slices.SortFunc(s.Partitions, func(a, b PartitionStatus) int { return int(a.Partition - b.Partition) })
+	slices.SortFunc(s.Partitions, func(a, b PartitionStatus) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
 	for i := len(b.recent) - 1; i >= 0; i-- {
 		s.RecentAlerts = append(s.RecentAlerts, b.recent[i])
 	}
 	return s
+}
+
+// ruleNames lists the running rules as "<id> v<version>".
+func (p *Processor) ruleNames() string {
+	names := make([]string, len(p.tasks))
+	for i, t := range p.tasks {
+		names[i] = t.rule.Rule.ID + " v" + strconv.Itoa(t.rule.Rule.Version)
+	}
+	return strings.Join(names, ", ")
 }
 
 // collector exports the per-partition gauges that depend on the wall clock
@@ -139,7 +155,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.p.now()
 	for _, ps := range c.p.Status().Partitions {
-		lbl := strconv.Itoa(int(ps.Partition))
+		lbl := c.p.label(pkey{ps.Topic, ps.Partition})
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(max(ps.Lag, 0)), lbl)
 		if ps.Watermark != window.NoWatermark {
 			ch <- prometheus.MustNewConstMetric(c.wmLag, prometheus.GaugeValue, now.Sub(time.UnixMilli(ps.Watermark)).Seconds(), lbl)

@@ -9,11 +9,7 @@ import (
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/sim"
-	"github.com/vibeline/processor/internal/window"
 )
-
-// Stats is the window state size.
-type Stats = window.Stats
 
 func stage(t testing.TB) *Stage {
 	t.Helper()

@@ -56,6 +56,11 @@ func Load(path string) ([]*Compiled, error) {
 	return out, nil
 }
 
+// Repartitioned reports whether the rule reads its events through its
+// internal repartition topic: when it asks to, or when its key is not
+// machine_id (the key of the source records).
+func (r Rule) Repartitioned() bool { return r.Repartition || (r.Key != "" && r.Key != DefaultKey) }
+
 // NewFilter returns an evaluator of the rule's filter, for one goroutine.
 func (c *Compiled) NewFilter() *Filter { return &Filter{ev: evaluator[Event]{p: c.filter}} }
 

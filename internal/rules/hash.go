@@ -25,6 +25,7 @@ type canonical struct {
 	Description    string  `json:"description"`
 	Source         string  `json:"source"`
 	Key            string  `json:"key"`
+	Repartition    bool    `json:"repartition,omitempty"`
 	Filter         string  `json:"filter"`
 	WindowType     string  `json:"window_type"`
 	SizeMs         int64   `json:"size_ms"`
@@ -57,7 +58,7 @@ func Hash(r Rule) string {
 	r.EnsureDefaults()
 	c := canonical{
 		Format: hashFormat, ID: r.ID, Version: r.Version, Description: r.Description,
-		Source: r.Source, Key: r.Key, Filter: canonicalExpr(string(r.Filter)),
+		Source: r.Source, Key: r.Key, Repartition: r.Repartitioned(), Filter: canonicalExpr(string(r.Filter)),
 		WindowType: r.Window.Type, SizeMs: r.Window.Size.Ms(), AdvanceMs: r.Window.Advance.Ms(), GapMs: r.Window.Gap.Ms(),
 		Fn: r.Aggregate.Fn, Field: r.Aggregate.Field, Threshold: canonicalExpr(string(r.Threshold)),
 		Strategy: r.Watermark.Strategy, DelayMs: r.Watermark.Delay.Ms(), Percentile: r.Watermark.Percentile,

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vibeline/processor/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -31,8 +29,19 @@ func TestVibrationRule(t *testing.T) {
 	if len(cs) != 1 {
 		t.Fatalf("%d rules", len(cs))
 	}
-	c, def := cs[0], config.Default()
-	want := def.Rule
+	// The legacy rule block's defaults (internal/config); config's
+	// TestLegacyRuleIsVibrationYAML checks that they hash equal to this file.
+	c := cs[0]
+	want := struct {
+		ID, Description, Quality                              string
+		MinValue                                              float64
+		Version, Threshold                                    int
+		Window, WatermarkDelay, AllowedLateness, DedupHorizon time.Duration
+	}{"vibration-high", "high-vibration events", "good", 7.1, 1, 3, 2 * time.Minute, 30 * time.Second, 10 * time.Minute, time.Hour}
+	def := struct {
+		Topics struct{ Input, Alerts, DLQ, Late string }
+	}{}
+	def.Topics.Input, def.Topics.Alerts, def.Topics.DLQ, def.Topics.Late = "vibration.events", "vibration.alerts", "vibration.events.dlq", "vibration.events.late"
 	checks := []struct {
 		name      string
 		got, want any
@@ -166,7 +175,7 @@ func TestParseErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown top-level key", valid + "extra: 1\n", []string{`line 12: top level: unknown key "extra" (valid: rules)`}},
-		{"unknown rule key", edit(t, "source:", "source: x\nsorce: y"), []string{`line 5: rules[0]: unknown key "sorce" (valid: aggregate, allowed_lateness, cooldown, dedup_horizon, description, filter, id, key, outputs, source, threshold, version, watermark, window)`}},
+		{"unknown rule key", edit(t, "source:", "source: x\nsorce: y"), []string{`line 5: rules[0]: unknown key "sorce" (valid: aggregate, allowed_lateness, cooldown, dedup_horizon, description, filter, id, key, outputs, repartition, source, threshold, version, watermark, window)`}},
 		{"unknown window key", edit(t, "size:", "size: 2m\nadvnce: 1m"), []string{`line 9: rules[0].window: unknown key "advnce" (valid: advance, gap, size, type)`}},
 		{"repeated key", edit(t, "version:", "version: 1\nversion: 2"), []string{`line 4: rules[0]: key "version" given twice (first at line 3)`}},
 		{"wrong type", edit(t, "version:", "version: one"), []string{"rule #1 (line 2)", "cannot unmarshal !!str `one` into int"}},

@@ -55,6 +55,13 @@ type Rule struct {
 	// Key is the event field the rule groups by: machine_id or sensor_id.
 	// Default machine_id.
 	Key string `yaml:"key"`
+	// Repartition routes every record of the source through the rule's
+	// internal repartition topic, keyed by the rule's key, so that all events
+	// of one key meet the same state whatever the producers keyed the
+	// records by (or if they sent no key). Implied when key is not
+	// machine_id. Default false: records keyed by machine_id (or without a
+	// key) are processed on the partition they arrive on.
+	Repartition bool `yaml:"repartition"`
 	// Filter is a boolean expression over the event (see Event); events for
 	// which it is false are filtered. Default "true" (every event).
 	Filter Expr `yaml:"filter"`

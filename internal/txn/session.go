@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -212,4 +213,51 @@ func DecodeMeta(s string) (changelogNext int64, ok bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// Metadata of a committed input offset read by several rules:
+// "v2 <ns>=<next changelog offset> ..." with one member per rule, ns being
+// "<rule id>.v<rule version>", in ascending order of ns. A rule's changelog
+// position is the next offset of its own changelog topic.
+const metaV2Prefix = "v2"
+
+// EncodePositions returns the v2 commit metadata of changelog positions by
+// rule namespace.
+func EncodePositions(pos map[string]int64) string {
+	names := make([]string, 0, len(pos))
+	for ns := range pos {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString(metaV2Prefix)
+	for _, ns := range names {
+		b.WriteByte(' ')
+		b.WriteString(ns)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(pos[ns], 10))
+	}
+	return b.String()
+}
+
+// DecodePositions parses v2 commit metadata; ok is false when s is not v2
+// metadata (v1 is read by DecodeMeta).
+func DecodePositions(s string) (pos map[string]int64, ok bool) {
+	rest, found := strings.CutPrefix(s, metaV2Prefix)
+	if !found || (rest != "" && rest[0] != ' ') {
+		return nil, false
+	}
+	pos = map[string]int64{}
+	for _, f := range strings.Fields(rest) {
+		i := strings.LastIndexByte(f, '=')
+		if i <= 0 {
+			return nil, false
+		}
+		n, err := strconv.ParseInt(f[i+1:], 10, 64)
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		pos[f[:i]] = n
+	}
+	return pos, true
 }

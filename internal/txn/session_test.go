@@ -15,3 +15,26 @@ func TestMetaRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestPositionsRoundTrip(t *testing.T) {
+	in := map[string]int64{"b.v1": 7, "a.v2": 0, "c-x.v10": 123456789}
+	s := EncodePositions(in)
+	if s != "v2 a.v2=0 b.v1=7 c-x.v10=123456789" {
+		t.Fatalf("encoded %q", s)
+	}
+	out, ok := DecodePositions(s)
+	if !ok || len(out) != 3 || out["b.v1"] != 7 || out["c-x.v10"] != 123456789 {
+		t.Fatalf("decoded %v %v", out, ok)
+	}
+	if p, ok := DecodePositions("v2"); !ok || len(p) != 0 {
+		t.Fatalf("empty v2: %v %v", p, ok)
+	}
+	for _, bad := range []string{"v1 cl=3", "v2x", "v2 a", "v2 a=-1", "v2 =3", "v2 a=x"} {
+		if _, ok := DecodePositions(bad); ok {
+			t.Errorf("%q decoded", bad)
+		}
+	}
+	if _, ok := DecodeMeta("v2 a.v1=3"); ok {
+		t.Error("v1 decoder read v2")
+	}
+}

@@ -9,8 +9,9 @@ import (
 // the watermark and, per key, the applied events, the remembered event ids
 // and the open incidents. It is not safe for concurrent use.
 type Partition struct {
-	cfg Config
-	wm  int64
+	cfg     Config
+	wm      int64
+	delayMs int64 // D of step 6: cfg.DelayMs unless SetDelayMs changed it
 
 	keys   map[string]*keyState
 	open   openIndex  // every open incident of the partition, by (end, alert_id)
@@ -31,7 +32,27 @@ func NewPartition(cfg Config) (*Partition, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Partition{cfg: cfg, wm: NoWatermark, keys: make(map[string]*keyState)}, nil
+	return &Partition{cfg: cfg, wm: NoWatermark, delayMs: cfg.DelayMs, keys: make(map[string]*keyState)}, nil
+}
+
+// SetDelayMs sets the watermark delay D that Process uses from the next
+// record on (step 6: W = max(W, ts - D)), for a watermark strategy whose
+// delay changes along the log (package watermark). It must be >= 0, like
+// Config.DelayMs, which is the delay until SetDelayMs is called. W never
+// decreases whatever the delays: a larger delay only makes W wait.
+//
+// The delay is not part of the encoded state (EncodeMeta, EncodeKey): a
+// restored partition uses Config.DelayMs until the caller sets the delay
+// again, which a caller with a changing delay does before every Process
+// (it re-derives the delay from the log, as package watermark's Tracker
+// does after its own restore). Nothing in the encoded state depends on the
+// delay, so restore works whatever delays were used.
+func (p *Partition) SetDelayMs(d int64) error {
+	if d < 0 {
+		return fmt.Errorf("%w: SetDelayMs(%d), must be >= 0 (milliseconds)", ErrInvalidConfig, d)
+	}
+	p.delayMs = d
+	return nil
 }
 
 // Watermark returns the partition watermark W (NoWatermark before any
@@ -54,7 +75,7 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 		res.Outcome, res.Revisions = p.qualifying(&ev, w)
 	}
 	// Step 6: W = max(W, ts - D).
-	if nw := subSat(ev.TS, p.cfg.DelayMs); nw > p.wm {
+	if nw := subSat(ev.TS, p.delayMs); nw > p.wm {
 		p.wm = nw
 		p.dirtyMeta = true
 	}

@@ -279,7 +279,7 @@ func TestFixture(t *testing.T) {
 			t.Errorf("dead letter %d (%s): error.detail %q, want it to mention %s", i, in.what, detail, w.detail)
 		}
 	}
-	lateWant := append([]string{"late.reason=too_late", "late.watermark=" + ts(60*time.Second), "late.lateness_ms=960000"}, srcHeaders(7)...)
+	lateWant := append([]string{"late.reason=too_late", "late.watermark=" + ts(60*time.Second), "late.lateness_ms=960000", "late.rule=vibration-high", "late.rule_version=1"}, srcHeaders(7)...)
 	if len(got.late) != 1 {
 		t.Errorf("%d too-late records committed, want 1", len(got.late))
 	} else {

@@ -1,0 +1,314 @@
+package consume
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/sim"
+)
+
+// Four rules over one topic in one processor: the vibration rule (sliding),
+// an average over tumbling windows, sessions, and a per-sensor maximum over
+// hopping windows that is repartitioned by sensor_id.
+const multiRules = `rules:
+  - id: vibration-high
+    version: 1
+    description: high-vibration events
+    source: vibration.events
+    filter: value >= 7.1 && quality == "good"
+    window: {type: sliding, size: 2m}
+    threshold: count >= 3
+    outputs: {alerts: vibration.alerts}
+  - id: vibration-avg
+    version: 1
+    description: vibration events
+    source: vibration.events
+    window: {type: tumbling, size: 1m}
+    aggregate: {fn: avg}
+    threshold: agg > 4 && count >= 10
+    outputs: {alerts: vibration.avg.alerts}
+  - id: episode
+    version: 1
+    description: elevated events
+    source: vibration.events
+    filter: value >= 5
+    window: {type: session, gap: 30s}
+    threshold: count >= 5
+    outputs: {alerts: vibration.episodes}
+  - id: sensor-peak
+    version: 1
+    description: sensor peaks
+    source: vibration.events
+    key: sensor_id
+    window: {type: hopping, size: 2m, advance: 1m}
+    aggregate: {fn: max}
+    threshold: agg >= 7.5
+    allowed_lateness: 2m
+    outputs: {alerts: vibration.peak.alerts}
+`
+
+func writeRules(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fingerprints groups output records by topic as sorted fingerprints.
+func fingerprints(recs []*kgo.Record) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range recs {
+		hs := make([]pipeline.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = pipeline.Header{Key: h.Key, Value: h.Value}
+		}
+		out[r.Topic] = append(out[r.Topic], string(r.Key)+"|"+pipeline.Fingerprint(r.Value, hs))
+	}
+	for _, v := range out {
+		slices.Sort(v)
+	}
+	return out
+}
+
+// Several rules in one processor, with aborted batches and a restart
+// without local state: the in-place rules' outputs equal each rule's
+// reference exactly (dead letters once per dead-letter topic, too-late
+// copies once per rule), and the repartitioned rule sees every event of a
+// sensor in one state: its closed alerts equal the reference's.
+func TestSeveralRulesMatchReference(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "m")
+	cfg.RulesFile = writeRules(t, multiRules)
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	abort := func() bool { n++; return n%4 == 0 }
+	log := pipeline.Log{}
+	// No gateway outages: nothing is genuinely too late, so the
+	// repartitioned rule, whose watermark depends on how the source
+	// partitions interleave, must apply every event.
+	o := sim.Demo()
+	o.Machines, o.Seed, o.EpisodeRate, o.OutageRate = 12, 5, 0.05, 0
+	line := sim.New(o)
+	recs := make([]sim.Record, 9000)
+	for i := range recs {
+		recs[i] = line.Next()
+	}
+	// Every source partition has records before the processor starts, so
+	// that none starts far behind the others: a repartitioned rule's
+	// watermark follows the slowest source partition that has sent records
+	// (see pipeline.Partition.alignDelay), and one that has sent none yet
+	// cannot hold it back.
+	produce(t, seeds, cfg.Topics.Input, recs[:3000], log)
+	in := start(t, cfg, Options{AbortBatch: abort})
+	for i := 3000; i < 6000; i += 1000 {
+		produce(t, seeds, cfg.Topics.Input, recs[i:i+1000], log)
+		time.Sleep(30 * time.Millisecond)
+	}
+	waitConsumed(t, seeds, cfg, log)
+	waitRepartitioned(t, seeds, cfg.GroupID, cfg.RepartitionFor(rs[3]))
+	in.stop(t)
+	if err := os.RemoveAll(cfg.StateDir); err != nil {
+		t.Fatal(err)
+	}
+	in = start(t, cfg, Options{AbortBatch: abort})
+	produce(t, seeds, cfg.Topics.Input, recs[6000:], log)
+	waitConsumed(t, seeds, cfg, log)
+	waitRepartitioned(t, seeds, cfg.GroupID, cfg.RepartitionFor(rs[3]))
+	in.stop(t)
+
+	// The reference of the in-place rules, topic by topic.
+	want := map[string][]string{}
+	dlqDone := map[string]bool{}
+	var peakStage *pipeline.Stage
+	for _, r := range rs {
+		st, err := pipeline.NewRuleStage(r, pipeline.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Rule.Repartitioned() {
+			peakStage = st
+			continue
+		}
+		ref, _ := refOutputs(st, log)
+		for _, o := range ref {
+			topic := map[pipeline.Kind]string{pipeline.Alert: r.Rule.Outputs.Alerts, pipeline.DeadLetter: r.Rule.Outputs.DLQ, pipeline.TooLate: r.Rule.Outputs.Late}[o.Kind]
+			if o.Kind == pipeline.DeadLetter && dlqDone[topic] {
+				continue
+			}
+			want[topic] = append(want[topic], string(o.Key)+"|"+pipeline.Fingerprint(o.Value, o.Headers))
+		}
+		dlqDone[r.Rule.Outputs.DLQ] = true
+	}
+	for _, v := range want {
+		slices.Sort(v)
+	}
+	topics := []string{"vibration.alerts", "vibration.avg.alerts", "vibration.episodes", "vibration.events.dlq", "vibration.events.late"}
+	got := fingerprints(readAll(t, seeds, topics...))
+	for _, topic := range topics {
+		if len(want[topic]) == 0 && topic != "vibration.events.late" {
+			t.Errorf("the reference has no record on %s: the fixture proves nothing there", topic)
+		}
+		if !slices.Equal(got[topic], want[topic]) {
+			t.Errorf("%s: %d records, want %d (reference)", topic, len(got[topic]), len(want[topic]))
+		}
+	}
+
+	// The repartitioned rule: every event of a sensor meets one state, so
+	// the last revision of each alert (a window of a sensor) carries the
+	// maximum over all the sensor's events in the window, as in the
+	// reference over the whole log (whatever the interleaving did to the
+	// watermark, nothing was too late), and no record of it was too late.
+	ref, refAcct := refOutputs(peakStage, log)
+	if refAcct.TooLate != 0 {
+		t.Fatalf("the reference found %d records too late: the fixture is wrong", refAcct.TooLate)
+	}
+	last := func(vals [][]byte) map[string]string {
+		m := map[string]string{}
+		for _, v := range vals {
+			a, err := alerts.Decode(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[a.AlertID] = fmt.Sprintf("%s [%s, %s) %s=%v", a.Key, alerts.FormatTime(a.Start), alerts.FormatTime(a.End), a.Aggregate.Fn, a.Aggregate.Value)
+		}
+		return m
+	}
+	var refVals, gotVals [][]byte
+	for _, o := range ref {
+		if o.Kind == pipeline.Alert {
+			refVals = append(refVals, o.Value)
+		}
+	}
+	for _, r := range readAll(t, seeds, "vibration.peak.alerts") {
+		a, err := alerts.Decode(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.KeyField != "sensor_id" || string(r.Key) != a.Key || a.MachineID != "" {
+			t.Fatalf("peak alert keyed %q: key_field %q key %q machine %q", r.Key, a.KeyField, a.Key, a.MachineID)
+		}
+		for _, e := range a.Evidence {
+			if e.SensorID != a.Key {
+				t.Fatalf("alert %s of sensor %s has evidence of sensor %s", a.AlertID, a.Key, e.SensorID)
+			}
+		}
+		gotVals = append(gotVals, r.Value)
+	}
+	wantLast, gotLast := last(refVals), last(gotVals)
+	if len(wantLast) == 0 {
+		t.Fatal("the repartitioned rule's reference has no alert: the fixture proves nothing")
+	}
+	for id, w := range wantLast {
+		if gotLast[id] != w {
+			t.Errorf("peak alert %s: last revision %q, want %q", id, gotLast[id], w)
+		}
+	}
+	if len(gotLast) != len(wantLast) {
+		t.Errorf("%d peak alerts, want %d", len(gotLast), len(wantLast))
+	}
+	for _, r := range readAll(t, seeds, "vibration.events.late") {
+		for _, h := range r.Headers {
+			if h.Key == pipeline.HeaderLateRule && string(h.Value) == "sensor-peak" {
+				t.Fatalf("a record was too late for the repartitioned rule: %s", r.Value)
+			}
+		}
+	}
+	t.Logf("outputs: %v records per topic; %d peak alerts", func() map[string]int {
+		m := map[string]int{}
+		for k, v := range got {
+			m[k] = len(v)
+		}
+		return m
+	}(), len(gotLast))
+}
+
+// refOutputs runs a stage over the log, partition by partition. For a
+// repartitioned rule the partitions are those of its repartition topic:
+// the valid records of all source partitions, merged by record timestamp
+// (as the concurrent source partitions forward them, give or take a
+// batch), split by the murmur2 hash of the rule's key.
+func refOutputs(st *pipeline.Stage, log pipeline.Log) ([]pipeline.Output, pipeline.Accounting) {
+	var out []pipeline.Output
+	acct := pipeline.Accounting{Version: 1}
+	emit := func(o pipeline.Output) { out = append(out, o) }
+	if !st.Rule().Rule.Repartitioned() {
+		for p := int32(0); p < testPartitions; p++ {
+			w := st.NewPartition()
+			for _, in := range log[p] {
+				st.Process(w, in, &acct, emit)
+			}
+		}
+		return out, acct
+	}
+	var all []pipeline.Input
+	for p := int32(0); p < testPartitions; p++ {
+		all = append(all, log[p]...)
+	}
+	slices.SortStableFunc(all, func(a, b pipeline.Input) int { return int(a.TimestampMs - b.TimestampMs) })
+	hash := kgo.StickyKeyPartitioner(nil).ForTopic("repartition")
+	parts := map[int]*pipeline.Partition{}
+	for _, in := range all {
+		ev, verr := st.Check(&in)
+		if verr != nil {
+			continue // dead-lettered at the source
+		}
+		q := hash.Partition(&kgo.Record{Key: []byte(st.KeyOf(&ev))}, testPartitions)
+		if parts[q] == nil {
+			parts[q] = st.NewPartition()
+		}
+		st.Apply(parts[q], &ev, in, &acct, emit)
+	}
+	return out, acct
+}
+
+// waitRepartitioned waits until the group committed every record of the
+// repartition topic (call it after the source was consumed: everything the
+// source forwards is then in the topic).
+func waitRepartitioned(t *testing.T, seeds []string, group, topic string) {
+	t.Helper()
+	last := map[int32]int64{}
+	for _, r := range readAll(t, seeds, topic) {
+		last[r.Partition] = max(last[r.Partition], r.Offset+1)
+	}
+	if len(last) == 0 {
+		t.Fatalf("nothing reached the repartition topic %s", topic)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		offs, err := adm.FetchOffsets(context.Background(), group)
+		if err == nil {
+			done := true
+			for p, next := range last {
+				if c, ok := offs.Lookup(topic, p); !ok || c.At < next {
+					done = false
+				}
+			}
+			if done {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the repartition topic %s was not consumed within 60s", topic)
+}

@@ -1,0 +1,131 @@
+// Package dedup owns the event-id deduplication of SPEC.md section 4 step 3
+// for the aggregating windows (package aggwindow), whose Partition leaves
+// deduplication to its caller: the set of remembered (key, event_id) pairs
+// of one rule over one input partition, its garbage collection by the
+// partition watermark, and the binary encoding of that set, one value per
+// key, which a store keeps as opaque bytes.
+//
+// # Semantics
+//
+// They are those of package window (Partition.qualifying and remember), so
+// that a sliding and an aggregating rule count the same records as
+// duplicates. With W the partition watermark before the record and H the
+// dedup horizon in milliseconds:
+//
+//   - A qualifying event is a duplicate when an earlier event with the same
+//     key AND the same event_id was remembered and that remembered ts is
+//     >= W - H. The same event_id under another key is not a duplicate
+//     (package window keeps one id set per key; SPEC: "the same event_id
+//     was seen before for the same key").
+//   - A duplicate changes nothing: the remembered ts stays the first one
+//     (a redelivery with another ts neither refreshes nor moves it).
+//   - Every event that is not a duplicate is remembered with its ts,
+//     replacing an expired entry of the same id — also a too-late one
+//     (step 3 comes before the lateness check of step 4).
+//   - An id is remembered while its ts >= W - H. W never decreases, so an
+//     entry with ts < W - H can never make anything a duplicate again:
+//     Advance forgets it, and Seen does not store an event whose ts is
+//     already below W - H (package window stores it and forgets it at its
+//     next prune; the verdicts are the same).
+//
+// All arithmetic with W saturates: at NoWatermark (minus infinity) nothing
+// expires, and a ts within H of math.MaxInt64 never does.
+//
+// # What a caller does per record
+//
+// The Set holds its own copy of W, which the caller keeps equal to the
+// partition watermark of its aggwindow.Partition:
+//
+//	// after decoding and validation (step 1), for a record ev:
+//	q := filter(ev)                                 // step 2
+//	dup := q && set.Seen(ev.Key, ev.EventID, ev.TS) // step 3, W before ev
+//	res := part.Process(ev, q && !dup)              // steps 4 to 7
+//	set.Advance(part.Watermark())                   // step 6 for the set
+//	// count the record as Duplicate when dup, else by res.Outcome
+//
+// and likewise Advance(part.Watermark()) after every part.Advance. What
+// matters is that W is current when Seen runs; Advance costs O(1) when
+// nothing expires, so calling it after every record is the simple way.
+// Seen accepts any int64 ts; a record that aggwindow would refuse as
+// OutOfRange (ts outside [aggwindow.MinTS, aggwindow.MaxTS], which changes
+// nothing, not even the watermark) should be refused before Seen, or it is
+// remembered.
+//
+// # Persistence
+//
+// Dirty lists the keys whose value changed since ClearDirty (a non-duplicate
+// remembered, ids expired, the key deleted). At commit the caller writes
+// EncodeKey(key) for each, a nil value meaning "delete the key" (a
+// tombstone), exactly like package window. The watermark is not part of
+// this package's state: the aggregating partition persists it. To restore,
+// call New, LoadKey for every stored key and Advance(restored W), in either
+// order: LoadKey forgets at once what has expired at the current W and marks
+// the key dirty if it did.
+//
+// # Key value format, version 1
+//
+// One value per key; the key itself is the storage key and is not repeated.
+// Primitive types:
+//
+//	u8       one byte
+//	uvarint  unsigned LEB128 (encoding/binary.AppendUvarint), minimal length
+//	varint   zig-zag signed LEB128 (encoding/binary.AppendVarint), minimal length
+//	string   uvarint byte length, then that many bytes (the event_id, as given)
+//
+// Layout:
+//
+//	u8       version = 1
+//	uvarint  M, number of remembered event ids, >= 1
+//	varint   ts[0]                  event time of the first id, ms since the epoch
+//	string   id[0]
+//	(M-1) x:
+//	  uvarint  ts[i] - ts[i-1]      >= 0, and ts[i] must not exceed MaxInt64
+//	  string   id[i]
+//
+// The entries are strictly increasing by (ts, event_id) (bytewise string
+// order, so a delta of 0 requires id[i] > id[i-1]) and the event_ids are
+// distinct. Nothing may follow. A key with no remembered id has no value:
+// EncodeKey returns nil and LoadKey rejects empty data. Every state has
+// exactly one encoding, so a decoded value re-encodes to the same bytes.
+//
+// Example: ids "a" at ts 1000 and "b" at ts 1003 encode as the 9 bytes
+//
+//	01        version 1
+//	02        M = 2
+//	d0 0f     varint 1000 (zig-zag 2000)
+//	01 61     "a"
+//	03        delta 3
+//	01 62     "b"
+//
+// LoadKey rejects, with an error wrapping ErrUnknownVersion, a first byte
+// other than 1, and with one wrapping ErrCorrupt anything else that does
+// not follow this layout (never panicking, and allocating no more than the
+// input's size suggests). The caller then rebuilds the state by replay,
+// never guesses.
+//
+// # Costs
+//
+// Per key, the remembered ids are a map (id -> ts) and a slice sorted by
+// (ts, event_id). Seen costs two map lookups for a duplicate; a new id
+// appends to its key's slice when it arrives in ts order for its key (an
+// insert, O(ids of the key), when it does not) and is queued in O(log keys)
+// when it becomes its key's oldest id. Each key with ids is queued in a
+// min-heap at its deadline — the smallest W at which its oldest id expires
+// — so Advance costs O(1) when nothing is due and O(log keys + expired ids)
+// per due key otherwise: nothing scans all keys or ids. Memory is
+// O(ids with ts >= W - H) plus bounded slack: a key's slice reuses its
+// expired front, its slice and map are rebuilt smaller once at most an
+// eighth of their peak is left, a key with no ids is deleted, and the heap
+// holds about one entry per key (a key whose oldest id moved earlier leaves
+// a stale entry until it comes due). Seen copies the key and the event id
+// it keeps (one allocation per remembered id).
+//
+// # What it must never do
+//
+// It must never import anything but the standard library (no Kafka client,
+// Pebble, Prometheus, logger or codec beyond encoding/binary), never read
+// the wall clock (package time is not imported), never start goroutines and
+// never keep package-level mutable state. A Set is not safe for concurrent
+// use: the goroutine that owns an input partition owns its Set.
+// TestDependencies enforces the imports.
+package dedup

@@ -1,0 +1,198 @@
+package dedup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// formatVersion is the first byte of every key value (format in doc.go).
+const formatVersion = 1
+
+// ErrUnknownVersion is wrapped by LoadKey when the first byte is not a
+// format version this package reads.
+var ErrUnknownVersion = errors.New("unknown dedup state format version")
+
+// ErrCorrupt is wrapped by LoadKey for bytes that are not a valid encoding
+// of a known version.
+var ErrCorrupt = errors.New("corrupt dedup state")
+
+// minEntryBytes is the smallest encoded entry: a one-byte (u)varint and an
+// empty string's one-byte length.
+const minEntryBytes = 2
+
+// EncodeKey returns the encoding of key's remembered ids (format in
+// doc.go), or nil when the key has none (never had any, or all expired):
+// the caller then deletes the key from its store.
+func (s *Set) EncodeKey(key string) []byte {
+	ks := s.keys[key]
+	if ks == nil || ks.live() == 0 {
+		return nil
+	}
+	es := ks.byTS[ks.head:]
+	size := 1 + binary.MaxVarintLen64 + binary.MaxVarintLen64
+	for _, e := range es {
+		size += 2 + len(e.id)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, formatVersion)
+	b = binary.AppendUvarint(b, uint64(len(es)))
+	for i, e := range es {
+		if i == 0 {
+			b = binary.AppendVarint(b, e.ts)
+		} else {
+			// Exact: 0 <= ts[i] - ts[i-1] < 2^64, computed mod 2^64.
+			b = binary.AppendUvarint(b, uint64(e.ts)-uint64(es[i-1].ts))
+		}
+		b = binary.AppendUvarint(b, uint64(len(e.id)))
+		b = append(b, e.id...)
+	}
+	return b
+}
+
+// LoadKey restores key's remembered ids from EncodeKey's bytes, replacing
+// any the key had. Ids that have expired at the current watermark are
+// forgotten at once (and the key is then marked dirty, deleted if none is
+// left); otherwise LoadKey marks nothing dirty. On error the set is
+// unchanged.
+func (s *Set) LoadKey(key string, data []byte) error {
+	es, ids, err := decodeKey(data)
+	if err != nil {
+		return fmt.Errorf("dedup: load key %q: %w", key, err)
+	}
+	ks := &keyState{key: strings.Clone(key), ids: ids, byTS: es, peak: len(es)}
+	if old := s.keys[key]; old != nil {
+		s.nIDs -= old.live()
+		if old.dirty {
+			ks.dirty = true // still listed in s.dirty
+		}
+		old.deleted, old.scheduled = true, false
+	}
+	s.keys[key] = ks
+	s.nIDs += len(es)
+	s.prune(ks) // forgets what expired, deletes ks if empty, else queues it
+	return nil
+}
+
+// decoder reads the primitives; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || n != uvarintLen(v) {
+		d.fail("bad uvarint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 || n != uvarintLen(uint64(v<<1)^uint64(v>>63)) {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// uvarintLen is the length of v's minimal encoding: the decoder accepts
+// only that, so that every state has exactly one encoding.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("string length %d exceeds the remaining %d bytes", n, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// decodeKey parses a key value and checks every rule of the format. It
+// returns the entries in order and the id -> ts map.
+func decodeKey(data []byte) ([]entry, map[string]int64, error) {
+	if len(data) == 0 {
+		return nil, nil, fmt.Errorf("%w: empty (a key without ids has no value)", ErrCorrupt)
+	}
+	if data[0] != formatVersion {
+		return nil, nil, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
+	}
+	d := &decoder{b: data[1:]}
+	m := d.uvarint()
+	switch {
+	case d.err != nil:
+		return nil, nil, d.err
+	case m == 0:
+		return nil, nil, fmt.Errorf("%w: no ids (a key without ids has no value)", ErrCorrupt)
+	case m > uint64(len(d.b)/minEntryBytes):
+		return nil, nil, fmt.Errorf("%w: id count %d exceeds what the remaining %d bytes can hold", ErrCorrupt, m, len(d.b))
+	}
+	es := make([]entry, 0, m)
+	ids := make(map[string]int64, m)
+	for i := range int(m) {
+		var e entry
+		if i == 0 {
+			e.ts = d.varint()
+		} else {
+			prev := es[i-1].ts
+			delta := d.uvarint()
+			// MaxInt64 - prev is in [0, 2^64), exact mod 2^64.
+			if d.err == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
+				d.fail("entry %d: ts overflows int64", i)
+			}
+			e.ts = prev + int64(delta)
+		}
+		e.id = d.string()
+		if d.err != nil {
+			break
+		}
+		if i > 0 && cmpEntry(es[i-1], e) >= 0 {
+			d.fail("entry %d not after entry %d by (ts, event_id)", i, i-1)
+			break
+		}
+		if _, dup := ids[e.id]; dup {
+			d.fail("event_id %q repeated", e.id)
+			break
+		}
+		ids[e.id] = e.ts
+		es = append(es, e)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	return es, ids, nil
+}

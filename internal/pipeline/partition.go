@@ -1,0 +1,365 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/vibeline/processor/internal/aggwindow"
+	"github.com/vibeline/processor/internal/dedup"
+	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/window"
+)
+
+// Partition is one rule's state over one input partition: the window state
+// (record-aligned sliding incidents, or aggregating windows plus the event
+// ids remembered for deduplication) and the rule's expression evaluators.
+// It is not safe for concurrent use: the goroutine that owns the input
+// partition owns it.
+//
+// Its persisted form is a set of named entries (Dirty, EncodeKey, LoadKey)
+// plus one meta entry (EncodeMeta, LoadMeta). Names of a sliding rule are
+// its keys (package window's key encoding); names of an aggregating rule are
+// "w" + key (package aggwindow's key encoding) and "d" + key (package
+// dedup's).
+type Partition struct {
+	filter *rules.Filter
+	env    rules.Event
+
+	slide *window.Partition
+
+	agg  *aggwindow.Partition
+	dd   *dedup.Set
+	thr  *rules.Threshold
+	keys []string // scratch for Dirty
+
+	// Of a repartitioned rule: what it knows of each source partition and
+	// how many there are (see alignTarget).
+	src        map[int32]srcState
+	srcN       int
+	extraDirty bool
+}
+
+// NewPartition returns empty state for one input partition.
+func (s *Stage) NewPartition() *Partition {
+	w := &Partition{filter: s.c.NewFilter()}
+	var err error
+	if s.Sliding() {
+		w.slide, err = window.NewPartition(s.win)
+	} else {
+		w.thr = s.c.NewThreshold()
+		cfg := s.agg
+		cfg.Fires = w.thr.Predicate()
+		if w.agg, err = aggwindow.NewPartition(cfg); err == nil {
+			w.dd, err = dedup.New(s.c.DedupHorizonMs)
+		}
+	}
+	if err != nil {
+		panic(err) // the configuration was validated in NewRuleStage
+	}
+	return w
+}
+
+// srcState is what a repartition partition knows of one source
+// partition: the largest event time it forwarded, and whether its
+// forwarder reported it caught up (idle).
+type srcState struct {
+	max  int64
+	idle bool
+}
+
+// alignTarget is the aligned watermark of a repartitioned rule: a
+// repartition partition merges the records of every source partition,
+// whose progress in event time differs by however far apart their
+// consumers are, so its watermark is that of its slowest input (Flink's
+// rule for merged streams): min over the source partitions of their largest
+// event time, minus d. Idle source partitions (caught up, as their
+// forwarders report) do not hold it back, unless all are idle, when the
+// largest counts. Until every source partition has been heard of (a record
+// or a marker), there is no watermark: ok is false.
+func (w *Partition) alignTarget(d int64) (target int64, ok bool) {
+	if w.srcN == 0 || len(w.src) < w.srcN {
+		return 0, false
+	}
+	lo, hi, active := int64(math.MaxInt64), int64(math.MinInt64), false
+	for _, st := range w.src {
+		hi = max(hi, st.max)
+		if !st.idle {
+			lo, active = min(lo, st.max), true
+		}
+	}
+	if !active {
+		lo = hi
+	}
+	if lo == window.NoWatermark {
+		return 0, false
+	}
+	return lo - d, true
+}
+
+// alignDelay records an event of source partition src and sets the delay
+// that makes the event move the watermark to exactly alignTarget (or not
+// at all while there is none).
+func (w *Partition) alignDelay(src int32, ts, d int64) {
+	if w.src == nil {
+		w.src = map[int32]srcState{}
+	}
+	if st, ok := w.src[src]; !ok || ts > st.max || st.idle {
+		if !ok || ts > st.max {
+			st.max = ts
+		}
+		st.idle = false
+		w.src[src], w.extraDirty = st, true
+	}
+	eff := aggwindow.MaxDurationMs // W stays
+	if target, ok := w.alignTarget(d); ok {
+		// W moves to max(W, ts - eff): eff = ts - target gives target.
+		eff = max(0, min(ts-target, aggwindow.MaxDurationMs))
+	}
+	if w.slide != nil {
+		_ = w.slide.SetDelayMs(eff) // eff >= 0
+	} else {
+		_ = w.agg.SetDelayMs(eff) // 0 <= eff <= MaxDurationMs
+	}
+}
+
+// marker applies a forwarder's report on one source partition (largest
+// event time forwarded, idle) and moves the watermark to the aligned one.
+func (w *Partition) marker(src int32, n int, maxTS int64, idle bool, d int64) ([]window.Revision, []aggwindow.Revision) {
+	if w.src == nil {
+		w.src = map[int32]srcState{}
+	}
+	old, seen := w.src[src]
+	st := srcState{max: max(maxTS, old.max), idle: idle}
+	if !seen {
+		st.max = maxTS
+	}
+	if !seen || st != old || n != w.srcN {
+		w.src[src], w.srcN, w.extraDirty = st, n, true
+	}
+	target, ok := w.alignTarget(d)
+	if !ok || target <= w.Watermark() {
+		return nil, nil
+	}
+	if w.slide != nil {
+		return w.slide.Advance(target), nil
+	}
+	revs := w.agg.Advance(target)
+	w.dd.Advance(w.agg.Watermark())
+	return nil, revs
+}
+
+// ExtraDirty reports whether the extra entry (EncodeExtra) changed since
+// ClearDirty.
+func (w *Partition) ExtraDirty() bool { return w.extraDirty }
+
+// EncodeExtra encodes the state that is neither a key's nor the window
+// meta: for a repartitioned rule, what it knows of the source partitions.
+// Format: byte 1 (version), uvarint source partition count, uvarint n, then
+// n times: varint source partition, varint largest event time, byte idle
+// (0 or 1), in ascending partition order. Empty when there is none.
+func (w *Partition) EncodeExtra() []byte {
+	if len(w.src) == 0 && w.srcN == 0 {
+		return nil
+	}
+	ps := make([]int32, 0, len(w.src))
+	for p := range w.src {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	b := []byte{1}
+	b = binary.AppendUvarint(b, uint64(w.srcN))
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	for _, p := range ps {
+		st := w.src[p]
+		b = binary.AppendVarint(b, int64(p))
+		b = binary.AppendVarint(b, st.max)
+		idle := byte(0)
+		if st.idle {
+			idle = 1
+		}
+		b = append(b, idle)
+	}
+	return b
+}
+
+// LoadExtra restores EncodeExtra's bytes.
+func (w *Partition) LoadExtra(data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if data[0] != 1 {
+		return fmt.Errorf("pipeline: extra state version %d, want 1", data[0])
+	}
+	data = data[1:]
+	srcN, k0 := binary.Uvarint(data)
+	if k0 <= 0 || srcN > math.MaxInt32 {
+		return errors.New("pipeline: extra state: bad partition count")
+	}
+	data = data[k0:]
+	n, k := binary.Uvarint(data)
+	if k <= 0 || n > uint64(len(data)) {
+		return errors.New("pipeline: extra state: bad count")
+	}
+	data = data[k:]
+	m := make(map[int32]srcState, n)
+	for i := uint64(0); i < n; i++ {
+		p, k1 := binary.Varint(data)
+		if k1 <= 0 || p < 0 || p > math.MaxInt32 {
+			return errors.New("pipeline: extra state: bad partition")
+		}
+		data = data[k1:]
+		ts, k2 := binary.Varint(data)
+		if k2 <= 0 || len(data) < k2+1 || data[k2] > 1 {
+			return errors.New("pipeline: extra state: bad entry")
+		}
+		m[int32(p)] = srcState{max: ts, idle: data[k2] == 1}
+		data = data[k2+1:]
+	}
+	if len(data) != 0 {
+		return errors.New("pipeline: extra state: trailing bytes")
+	}
+	w.src, w.srcN = m, int(srcN)
+	return nil
+}
+
+// applyAgg runs steps 2 to 7 of an aggregating rule: filter, deduplicate,
+// lateness, apply, watermark, close.
+func (w *Partition) applyAgg(key string, ev *event.Event, in Input, qualifies bool) (window.Outcome, int64, int64, []aggwindow.Revision) {
+	e := aggwindow.Event{
+		Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
+		Partition: in.Partition, Offset: in.Offset,
+	}
+	dup := qualifies && w.dd.Seen(key, ev.EventID, ev.TS)
+	res := w.agg.Process(e, qualifies && !dup)
+	w.dd.Advance(w.agg.Watermark())
+	out := window.Filtered
+	switch {
+	case dup:
+		out = window.Duplicate
+	case res.Outcome == aggwindow.Processed:
+		out = window.Processed
+	case res.Outcome == aggwindow.TooLate:
+		out = window.TooLate
+	}
+	return out, res.Watermark, res.LatenessMs, res.Revisions
+}
+
+// Watermark is the partition watermark (window.NoWatermark before any
+// event; the two window packages use the same minus infinity).
+func (w *Partition) Watermark() int64 {
+	if w.slide != nil {
+		return w.slide.Watermark()
+	}
+	return w.agg.Watermark()
+}
+
+// Sweep forgets what can no longer matter (sliding rules; the aggregating
+// windows forget as they close).
+func (w *Partition) Sweep() {
+	if w.slide != nil {
+		w.slide.Sweep()
+	}
+}
+
+// Dirty returns the names of the entries changed since ClearDirty, and
+// whether the meta entry changed.
+func (w *Partition) Dirty() (names []string, meta bool) {
+	if w.slide != nil {
+		return w.slide.Dirty()
+	}
+	keys, meta := w.agg.Dirty()
+	names = w.keys[:0]
+	for _, k := range keys {
+		names = append(names, "w"+k)
+	}
+	for _, k := range w.dd.Dirty() {
+		names = append(names, "d"+k)
+	}
+	w.keys = names
+	return names, meta
+}
+
+// ClearDirty forgets what Dirty reported.
+func (w *Partition) ClearDirty() {
+	w.extraDirty = false
+	if w.slide != nil {
+		w.slide.ClearDirty()
+		return
+	}
+	w.agg.ClearDirty()
+	w.dd.ClearDirty()
+}
+
+// EncodeKey encodes the named entry (empty: the entry is deleted).
+func (w *Partition) EncodeKey(name string) []byte {
+	if w.slide != nil {
+		return w.slide.EncodeKey(name)
+	}
+	if name == "" {
+		return nil
+	}
+	if name[0] == 'w' {
+		return w.agg.EncodeKey(name[1:])
+	}
+	return w.dd.EncodeKey(name[1:])
+}
+
+// LoadKey restores the named entry.
+func (w *Partition) LoadKey(name string, data []byte) error {
+	if w.slide != nil {
+		return w.slide.LoadKey(name, data)
+	}
+	switch {
+	case len(name) > 0 && name[0] == 'w':
+		return w.agg.LoadKey(name[1:], data)
+	case len(name) > 0 && name[0] == 'd':
+		return w.dd.LoadKey(name[1:], data)
+	}
+	return fmt.Errorf("pipeline: state entry %q: want a name starting with w or d", name)
+}
+
+// EncodeMeta encodes the meta entry (the watermark).
+func (w *Partition) EncodeMeta() []byte {
+	if w.slide != nil {
+		return w.slide.EncodeMeta()
+	}
+	return w.agg.EncodeMeta()
+}
+
+// LoadMeta restores the meta entry.
+func (w *Partition) LoadMeta(data []byte) error {
+	if w.slide != nil {
+		return w.slide.LoadMeta(data)
+	}
+	if err := w.agg.LoadMeta(data); err != nil {
+		return err
+	}
+	w.dd.Advance(w.agg.Watermark())
+	return nil
+}
+
+// Stats counts the state.
+type Stats struct {
+	Keys          int // keys with state
+	Events        int // events (sliding) or windows (aggregating) kept
+	Dedup         int // remembered event ids
+	OpenIncidents int // open alerts
+}
+
+// Stats counts the partition's state.
+func (w *Partition) Stats() Stats {
+	if w.slide != nil {
+		st := w.slide.Stats()
+		return Stats{Keys: st.Keys, Events: st.Events, Dedup: st.Dedup, OpenIncidents: st.OpenIncidents}
+	}
+	st := w.agg.Stats()
+	return Stats{Keys: st.Keys, Events: st.Windows, OpenIncidents: st.Fired}
+}
+
+// Window is the sliding rule's window state (nil for aggregating rules),
+// for tests and tools.
+func (w *Partition) Window() *window.Partition { return w.slide }

@@ -1,0 +1,363 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/vibeline/processor/internal/aggwindow"
+	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/window"
+)
+
+// EvidenceLimit is how many events an aggregating rule's alert names as
+// evidence (the sliding rule names its N firing events).
+const EvidenceLimit = 10
+
+// Options configure a Stage beyond its rule.
+type Options struct {
+	// MaxFutureSkewMs: an event more than this ahead of its record
+	// timestamp is dead-lettered as clock_ahead. <= 0: the default (5m).
+	MaxFutureSkewMs int64
+	// Repartitioned: the stage reads the rule's repartition topic, whose
+	// records are keyed by the rule's key (the source stage already checked
+	// the record key against machine_id), so the key check is skipped.
+	Repartitioned bool
+}
+
+// Stage applies one compiled rule to one input partition's records. It is
+// immutable and safe for concurrent use; the Partitions it makes are not.
+type Stage struct {
+	c     *rules.Compiled
+	o     Options
+	valid *event.Validator
+	win   window.Config    // sliding rules
+	agg   aggwindow.Config // aggregating rules (Fires set per partition)
+	desc  string
+}
+
+// NewStage builds the stage of the rule block (the vibration rule); see
+// config.LegacyRule.
+func NewStage(rule config.Rule) (*Stage, error) {
+	c := config.Default()
+	c.Rule = rule
+	r, err := rules.Compile(c.LegacyRule())
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: rule %s: %w", rule.ID, err)
+	}
+	return NewRuleStage(r, Options{MaxFutureSkewMs: rule.MaxFutureSkew.Milliseconds()})
+}
+
+// NewRuleStage builds the stage of a compiled rule.
+func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
+	if o.MaxFutureSkewMs <= 0 {
+		o.MaxFutureSkewMs = event.DefaultMaxFutureSkewMs
+	}
+	if c.CooldownMs > 0 {
+		return nil, fmt.Errorf("pipeline: rule %s: cooldown = %s: per-key cooldown is not supported yet, want 0s", c.Rule.ID, c.Rule.Cooldown)
+	}
+	s := &Stage{
+		c:     c,
+		o:     o,
+		valid: event.NewValidator(event.JSONDecoder{}, event.Options{MaxFutureSkewMs: o.MaxFutureSkewMs}),
+		desc:  c.Rule.Description,
+	}
+	id, ver := c.Rule.ID, c.Rule.Version
+	if c.Rule.Window.Type == rules.Sliding {
+		s.win = window.Config{
+			Threshold:      c.N,
+			SizeMs:         c.SizeMs,
+			DelayMs:        c.DelayMs,
+			LatenessMs:     c.LatenessMs,
+			DedupHorizonMs: c.DedupHorizonMs,
+			AlertID:        func(key, first string) string { return alerts.ID(id, ver, key, first) },
+		}
+		if err := s.win.Validate(); err != nil {
+			return nil, fmt.Errorf("pipeline: rule %s: %w", id, err)
+		}
+		return s, nil
+	}
+	s.agg = aggwindow.Config{
+		SizeMs: c.SizeMs, AdvanceMs: c.AdvanceMs, GapMs: c.GapMs,
+		DelayMs: c.DelayMs, LatenessMs: c.LatenessMs, EvidenceLimit: EvidenceLimit,
+		Fires:   func(float64, int) bool { return false }, // replaced per partition
+		AlertID: func(key string, start int64) string { return alerts.ID(id, ver, key, strconv.FormatInt(start, 10)) },
+	}
+	switch c.Rule.Window.Type {
+	case rules.Tumbling:
+		s.agg.Kind = aggwindow.Tumbling
+	case rules.Hopping:
+		s.agg.Kind = aggwindow.Hopping
+	case rules.Session:
+		s.agg.Kind = aggwindow.Session
+	}
+	switch c.Rule.Aggregate.Fn {
+	case rules.FnCount:
+		s.agg.Fn = aggwindow.Count
+	case rules.FnSum:
+		s.agg.Fn = aggwindow.Sum
+	case rules.FnAvg:
+		s.agg.Fn = aggwindow.Avg
+	case rules.FnMin:
+		s.agg.Fn = aggwindow.Min
+	case rules.FnMax:
+		s.agg.Fn = aggwindow.Max
+	}
+	if err := s.agg.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: rule %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// Rule is the stage's compiled rule.
+func (s *Stage) Rule() *rules.Compiled { return s.c }
+
+// Sliding reports whether the rule is a record-aligned sliding rule.
+func (s *Stage) Sliding() bool { return s.c.Rule.Window.Type == rules.Sliding }
+
+// WindowConfig is the window configuration of a sliding rule.
+func (s *Stage) WindowConfig() window.Config { return s.win }
+
+// Check decodes and validates one record (SPEC.md section 4 step 1): the
+// event, or the reason it is dead-lettered.
+func (s *Stage) Check(in *Input) (event.Event, *event.Error) {
+	key := in.Key
+	if s.o.Repartitioned {
+		key = nil
+	}
+	return s.valid.Check(key, in.Value, in.TimestampMs)
+}
+
+// Process runs one record through SPEC.md section 4 against the partition's
+// state, counts it in acct and passes each output to emit, in order.
+func (s *Stage) Process(w *Partition, in Input, acct *Accounting, emit func(Output)) {
+	ev, verr := s.Check(&in)
+	if verr != nil {
+		acct.Records++
+		acct.NextOffset = in.Offset + 1
+		acct.DeadLettered++
+		emit(DeadLetterOutput(in, verr))
+		return
+	}
+	s.Apply(w, &ev, in, acct, emit)
+}
+
+// DeadLetterOutput is the dead letter of a record that failed validation:
+// the original key, value and headers, then error.reason, error.detail and
+// source.*.
+func DeadLetterOutput(in Input, verr *event.Error) Output {
+	return Output{
+		Kind: DeadLetter, Key: in.Key, Value: in.Value, Reason: string(verr.Reason),
+		Headers: copyHeaders(in, Header{HeaderErrorReason, []byte(verr.Reason)}, Header{HeaderErrorDetail, []byte(verr.Detail)}),
+	}
+}
+
+// KeyOf returns the value of the rule's key field of ev.
+func (s *Stage) KeyOf(ev *event.Event) string {
+	if s.c.Rule.Key == "sensor_id" {
+		return ev.SensorID
+	}
+	return ev.MachineID
+}
+
+// Apply runs steps 2 to 7 for a validated event (Check passed).
+func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting, emit func(Output)) {
+	acct.Records++
+	acct.NextOffset = in.Offset + 1
+	w.env = rules.Event{
+		EventID: ev.EventID, MachineID: ev.MachineID, SensorID: ev.SensorID, TS: ev.TS, Seq: ev.Seq,
+		Value: ev.Value, Unit: ev.Unit, Quality: ev.Quality, Clock: ev.Clock, SchemaVersion: int64(ev.SchemaVersion),
+	}
+	qualifies, err := w.filter.Match(&w.env)
+	if err != nil {
+		qualifies = false // not expected: the rule language cannot fail at run time
+	}
+	key := s.KeyOf(ev)
+	if s.o.Repartitioned {
+		w.alignDelay(sourcePartition(in.Headers, in.Partition), ev.TS, s.c.DelayMs)
+	}
+	var (
+		outcome    window.Outcome
+		watermark  int64
+		latenessMs int64
+		slideRevs  []window.Revision
+		aggRevs    []aggwindow.Revision
+	)
+	if w.slide != nil {
+		res := w.slide.Process(window.Event{
+			Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
+			Partition: in.Partition, Offset: in.Offset,
+		}, qualifies)
+		outcome, watermark, latenessMs, slideRevs = res.Outcome, res.Watermark, res.LatenessMs, res.Revisions
+	} else {
+		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, in, qualifies)
+	}
+	switch outcome {
+	case window.Processed:
+		acct.Processed++
+	case window.Filtered:
+		acct.Filtered++
+	case window.Duplicate:
+		acct.Duplicate++
+	case window.TooLate:
+		acct.TooLate++
+		emit(Output{
+			Kind: TooLate, Key: in.Key, Value: in.Value,
+			Headers: copyHeaders(in,
+				Header{HeaderLateReason, []byte("too_late")},
+				Header{HeaderLateWatermark, []byte(alerts.FormatTime(watermark))},
+				Header{HeaderLatenessMs, strconv.AppendInt(nil, latenessMs, 10)},
+				Header{HeaderLateRule, []byte(s.c.Rule.ID)},
+				Header{HeaderLateRuleVersion, strconv.AppendInt(nil, int64(s.c.Rule.Version), 10)}),
+		})
+	}
+	for _, rev := range slideRevs {
+		emit(s.slideAlert(rev))
+	}
+	for _, rev := range aggRevs {
+		emit(s.aggAlert(rev))
+	}
+}
+
+func (s *Stage) slideAlert(rev window.Revision) Output {
+	a := alerts.Alert{
+		AlertID: rev.AlertID, Revision: rev.Revision, Status: rev.Status.String(), MergedInto: rev.MergedInto,
+		RuleID: s.c.Rule.ID, RuleVersion: s.c.Rule.Version,
+		Start: rev.Start, End: rev.End, Count: rev.Count, Late: rev.Late, Watermark: rev.Watermark,
+	}
+	a.Evidence = make([]alerts.Evidence, 0, len(rev.Evidence))
+	for _, e := range rev.Evidence {
+		a.Evidence = append(a.Evidence, alerts.Evidence{
+			EventID: e.EventID, SensorID: e.SensorID, TS: e.TS, Value: e.Value, Partition: e.Partition, Offset: e.Offset,
+		})
+	}
+	return s.encode(a, rev.Key, nil)
+}
+
+func (s *Stage) aggAlert(rev aggwindow.Revision) Output {
+	a := alerts.Alert{
+		AlertID: rev.AlertID, Revision: rev.Revision, Status: rev.Status.String(), MergedInto: rev.MergedInto,
+		RuleID: s.c.Rule.ID, RuleVersion: s.c.Rule.Version,
+		Start: rev.Start, End: rev.End, Count: rev.Count, Late: rev.Late, Watermark: rev.Watermark,
+	}
+	a.Evidence = make([]alerts.Evidence, 0, len(rev.Evidence))
+	for _, e := range rev.Evidence {
+		a.Evidence = append(a.Evidence, alerts.Evidence{
+			EventID: e.EventID, SensorID: e.SensorID, TS: e.TS, Value: e.Value, Partition: e.Partition, Offset: e.Offset,
+		})
+	}
+	return s.encode(a, rev.Key, &alerts.Aggregate{Fn: s.c.Rule.Aggregate.Fn, Value: rev.Agg})
+}
+
+// Watermark marker headers: a forwarder reports on each source partition
+// it owns to every partition of a repartition topic with a record without
+// key or value carrying these headers (see Stage.Marker).
+const (
+	HeaderMarkerSource     = "wm.source"     // the source partition
+	HeaderMarkerPartitions = "wm.partitions" // the source topic's partition count
+	HeaderMarkerMaxTS      = "wm.max_ts"     // largest event time forwarded from it, ms (NoWatermark: none)
+	HeaderMarkerIdle       = "wm.idle"       // "1": caught up with its end, "0": not
+)
+
+// MarkerRecord returns the marker of a source partition.
+func MarkerRecord(src int32, partitions int, maxTS int64, idle bool) []Header {
+	i := "0"
+	if idle {
+		i = "1"
+	}
+	return []Header{
+		{HeaderMarkerSource, strconv.AppendInt(nil, int64(src), 10)},
+		{HeaderMarkerPartitions, strconv.AppendInt(nil, int64(partitions), 10)},
+		{HeaderMarkerMaxTS, strconv.AppendInt(nil, maxTS, 10)},
+		{HeaderMarkerIdle, []byte(i)},
+	}
+}
+
+// IsMarker reports whether a record of a repartition topic is a watermark
+// marker rather than an event.
+func IsMarker(in *Input) bool {
+	return len(in.Key) == 0 && len(in.Value) == 0 && len(in.Headers) > 0 && in.Headers[0].Key == HeaderMarkerSource
+}
+
+// Marker applies a watermark marker to a repartitioned rule's partition:
+// the watermark may move and windows close. A marker is not an event: it
+// moves the accounting's next offset but is not counted as a record.
+func (s *Stage) Marker(w *Partition, in Input, acct *Accounting, emit func(Output)) error {
+	acct.NextOffset = in.Offset + 1
+	var src, n, maxTS int64
+	idle := false
+	var err error
+	for _, h := range in.Headers {
+		switch h.Key {
+		case HeaderMarkerSource:
+			src, err = strconv.ParseInt(string(h.Value), 10, 32)
+		case HeaderMarkerPartitions:
+			n, err = strconv.ParseInt(string(h.Value), 10, 32)
+		case HeaderMarkerMaxTS:
+			maxTS, err = strconv.ParseInt(string(h.Value), 10, 64)
+		case HeaderMarkerIdle:
+			idle = string(h.Value) == "1"
+		}
+		if err != nil {
+			return fmt.Errorf("pipeline: marker at %s/%d@%d: header %s: %w", in.Topic, in.Partition, in.Offset, h.Key, err)
+		}
+	}
+	if src < 0 || n < 1 || src >= n {
+		return fmt.Errorf("pipeline: marker at %s/%d@%d: source partition %d of %d", in.Topic, in.Partition, in.Offset, src, n)
+	}
+	slide, agg := w.marker(int32(src), int(n), maxTS, idle, s.c.DelayMs)
+	for _, rev := range slide {
+		emit(s.slideAlert(rev))
+	}
+	for _, rev := range agg {
+		emit(s.aggAlert(rev))
+	}
+	return nil
+}
+
+// sourcePartition is the source partition a repartitioned record came
+// from: its last source.partition header (the forwarder appends it after
+// the original headers), else def.
+func sourcePartition(hs []Header, def int32) int32 {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].Key == HeaderSourcePartition {
+			if n, err := strconv.ParseInt(string(hs[i].Value), 10, 32); err == nil && n >= 0 {
+				return int32(n)
+			}
+			return def
+		}
+	}
+	return def
+}
+
+// keyNoun names what the rule's key identifies, for alert reasons.
+func (s *Stage) keyNoun() string {
+	if s.c.Rule.Key == "sensor_id" {
+		return "sensor"
+	}
+	return "machine"
+}
+
+// encode fills the key, aggregate and reason of a and encodes it.
+func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output {
+	if s.c.Rule.Key == rules.DefaultKey {
+		a.MachineID = key
+	} else {
+		a.KeyField, a.Key = s.c.Rule.Key, key
+	}
+	a.Aggregate = agg
+	what := s.desc
+	if agg != nil {
+		what = fmt.Sprintf("%s (%s %s)", s.desc, agg.Fn, strconv.FormatFloat(agg.Value, 'g', 6, 64))
+	}
+	a.Reason = alerts.ReasonSentenceKeyed(a.Status, a.Count, what, s.keyNoun(), key, a.Start, a.End, a.MergedInto)
+	val, err := a.Encode()
+	if err != nil {
+		// The windows only emit well-formed revisions; if one ever is not,
+		// the alert still goes out, marked, rather than vanishing.
+		val = fmt.Appendf(nil, `{"alert_id":%q,"revision":%d,"encode_error":%q}`, a.AlertID, a.Revision, err.Error())
+	}
+	return Output{Kind: Alert, Key: []byte(key), Value: val, Status: a.Status}
+}
