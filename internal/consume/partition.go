@@ -96,7 +96,17 @@ func loadRulePart(t *task, p int32) (*rulePart, error) {
 		return nil, err
 	}
 	rp.target = target
-	var stored string
+	// The hash first: state written by another definition may not even
+	// decode under this one.
+	h, err := t.store.Get(p, []byte(changelogHash))
+	if err != nil {
+		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
+	}
+	stored := string(h)
+	if stored != "" && stored != t.rule.Hash {
+		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s; bump the rule's version and replay (processor replay), or restore the old definition",
+			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.rule.Hash)
+	}
 	err = t.store.Scan(p, func(name, value []byte) error {
 		switch {
 		case string(name) == changelogMeta:
@@ -108,7 +118,6 @@ func loadRulePart(t *task, p int32) (*rulePart, error) {
 		case string(name) == changelogExtra:
 			return rp.win.LoadExtra(value)
 		case string(name) == changelogHash:
-			stored = string(value)
 			return nil
 		case len(name) > 0 && name[0] == changelogKeyPrefix:
 			return rp.win.LoadKey(string(name[1:]), value)
@@ -118,10 +127,6 @@ func loadRulePart(t *task, p int32) (*rulePart, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
-	}
-	if stored != "" && stored != t.rule.Hash {
-		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s; bump the rule's version and replay (processor replay), or restore the old definition",
-			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.rule.Hash)
 	}
 	rp.hashOK = stored != ""
 	rp.win.ClearDirty()

@@ -76,6 +76,40 @@ type Processor struct {
 	board     statusBoard
 	storesRef atomic.Pointer[[]*state.Store] // for the scrape-time disk gauge
 	kprom     *kprom.Metrics
+	rm        ruleMetrics
+}
+
+// ruleMetrics are the per-rule series (label values pre-created at New).
+type ruleMetrics struct {
+	records *prometheus.CounterVec // rule, outcome
+	delay   *prometheus.GaugeVec   // rule, partition: the adaptive watermark's delay
+	atRisk  *prometheus.CounterVec // rule
+}
+
+func newRuleMetrics(m *metrics.Metrics, tasks []*task) (ruleMetrics, error) {
+	rm := ruleMetrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "processor_rule_records_total", Help: "Input records by rule and outcome, counted at commit (each rule counts every record of its input).",
+		}, []string{"rule", "outcome"}),
+		delay: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "processor_watermark_delay_seconds", Help: "Current delay of a rule's adaptive watermark per input partition (W = max event time - delay).",
+		}, []string{"rule", "partition"}),
+		atRisk: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "processor_alerts_at_risk_total", Help: "Events a rule's adaptive watermark applied that its fixed delay would have called too late.",
+		}, []string{"rule"}),
+	}
+	for _, c := range []prometheus.Collector{rm.records, rm.delay, rm.atRisk} {
+		if err := m.Register(c); err != nil {
+			return rm, err
+		}
+	}
+	for _, t := range tasks {
+		for _, o := range []string{"processed", "filtered", "duplicate", "dead_lettered", "too_late"} {
+			rm.records.WithLabelValues(t.ns, o)
+		}
+		rm.atRisk.WithLabelValues(t.ns)
+	}
+	return rm, nil
 }
 
 // task is one rule running in this processor: its stage, its local store
@@ -158,6 +192,9 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		return nil, err
 	}
 	p.kprom = kprom.NewMetrics("processor_kafka", kprom.Registerer(o.Metrics.Registerer()))
+	if p.rm, err = newRuleMetrics(o.Metrics, p.tasks); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -875,6 +912,18 @@ func (p *Processor) countCommitted(pt *part) {
 		p.met.Records.WithLabelValues(lbl, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
 		p.met.Records.WithLabelValues(lbl, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
 		p.met.Records.WithLabelValues(lbl, "too_late").Add(float64(n.TooLate - o.TooLate))
+		ns := rp.t.ns
+		p.rm.records.WithLabelValues(ns, "processed").Add(float64(n.Processed - o.Processed))
+		p.rm.records.WithLabelValues(ns, "filtered").Add(float64(n.Filtered - o.Filtered))
+		p.rm.records.WithLabelValues(ns, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
+		p.rm.records.WithLabelValues(ns, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
+		p.rm.records.WithLabelValues(ns, "too_late").Add(float64(n.TooLate - o.TooLate))
+		if k := rp.win.TakeAtRisk(); k > 0 {
+			p.rm.atRisk.WithLabelValues(ns).Add(float64(k))
+		}
+		if d, ok := rp.win.DelayMs(); ok {
+			p.rm.delay.WithLabelValues(ns, lbl).Set(float64(d) / 1000)
+		}
 	}
 }
 
@@ -963,6 +1012,9 @@ func (p *Processor) drop(ks []pkey) {
 	p.board.remove(ks)
 	for _, k := range ks {
 		p.met.ForgetPartition(p.label(k))
+		for _, t := range p.tasks {
+			p.rm.delay.DeleteLabelValues(t.ns, p.label(k))
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -1053,7 +1105,10 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		}
 		pt, err := loadPart(src, k)
 		if err != nil {
-			return p.fail(err)
+			// Not a Kafka hiccup: state that cannot be loaded (or belongs
+			// to another definition of the rule) stays so; retrying would
+			// hang. Stop with the reason.
+			return p.fail(fmt.Errorf("%w: %w", errFatal, err))
 		}
 		if len(src.forwards) > 0 {
 			// Whether it is caught up (idle) is known before any fetch.
@@ -1090,10 +1145,13 @@ func (p *Processor) endOffset(ctx context.Context, k pkey) (int64, error) {
 	return c.end(ctx, k.id)
 }
 
+// errFatal marks errors of a rebalance callback that stop the processor.
+var errFatal = errors.New("consume: cannot go on")
+
 // fail records a fatal error of a rebalance callback: Run stops with it
 // after the poll in progress.
 func (p *Processor) fail(err error) error {
-	if errors.Is(err, ErrRuleChanged) {
+	if errors.Is(err, errFatal) {
 		p.fatal.CompareAndSwap(nil, &err)
 	}
 	return err

@@ -2,10 +2,12 @@ package consume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
+	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
 )
@@ -311,4 +314,52 @@ func waitRepartitioned(t *testing.T, seeds []string, group, topic string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("the repartition topic %s was not consumed within 60s", topic)
+}
+
+// A rule changed without a version bump is refused: its stored state (in
+// the local store, and in the changelog when the store is gone) carries
+// the hash of the definition that wrote it.
+func TestChangedRuleWithSameVersionRefused(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "h")
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, simRecords(2000, 7), log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+
+	changed := cfg
+	changed.Rule.Threshold = 4 // same id, same version
+	for _, wipe := range []bool{false, true} {
+		if wipe {
+			if err := os.RemoveAll(cfg.StateDir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in := start(t, changed, Options{})
+		select {
+		case err := <-in.done:
+			if !errors.Is(err, ErrRuleChanged) || !strings.Contains(err.Error(), "bump the rule's version") {
+				t.Fatalf("wipe=%v: stopped with %v, want ErrRuleChanged", wipe, err)
+			}
+			t.Logf("wipe=%v: %v", wipe, err)
+		case <-time.After(30 * time.Second):
+			in.cancel()
+			t.Fatalf("wipe=%v: the changed rule was not refused within 30s", wipe)
+		}
+	}
+	// The same rule with its version bumped starts (from its own, empty
+	// state), and so does the original definition.
+	bumped := changed
+	bumped.Rule.Version = 2
+	for _, c := range []config.Config{bumped, cfg} {
+		in := start(t, c, Options{})
+		time.Sleep(500 * time.Millisecond)
+		select {
+		case err := <-in.done:
+			t.Fatalf("rule %s v%d threshold %d stopped: %v", c.Rule.ID, c.Rule.Version, c.Rule.Threshold, err)
+		default:
+		}
+		in.stop(t)
+	}
 }

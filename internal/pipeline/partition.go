@@ -11,6 +11,7 @@ import (
 	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/watermark"
 	"github.com/vibeline/processor/internal/window"
 )
 
@@ -41,12 +42,22 @@ type Partition struct {
 	src        map[int32]srcState
 	srcN       int
 	extraDirty bool
+
+	// Of an adaptive watermark: the tracker of observed delays, and the
+	// events it found at risk since the last TakeAtRisk.
+	tr     *watermark.Tracker
+	atRisk int
 }
 
 // NewPartition returns empty state for one input partition.
 func (s *Stage) NewPartition() *Partition {
 	w := &Partition{filter: s.c.NewFilter()}
 	var err error
+	if s.wm != nil {
+		if w.tr, err = watermark.NewTracker(*s.wm); err != nil {
+			panic(err) // validated in NewRuleStage
+		}
+	}
 	if s.Sliding() {
 		w.slide, err = window.NewPartition(s.win)
 	} else {
@@ -100,6 +111,33 @@ func (w *Partition) alignTarget(d int64) (target int64, ok bool) {
 	return lo - d, true
 }
 
+// setDelay sets the delay the next event moves the watermark by.
+func (w *Partition) setDelay(d int64) {
+	d = max(0, min(d, aggwindow.MaxDurationMs))
+	if w.slide != nil {
+		_ = w.slide.SetDelayMs(d)
+	} else {
+		_ = w.agg.SetDelayMs(d)
+	}
+}
+
+// DelayMs is the watermark delay the next event will use (the adaptive
+// tracker's, or ok false for a fixed delay).
+func (w *Partition) DelayMs() (d int64, ok bool) {
+	if w.tr == nil {
+		return 0, false
+	}
+	return w.tr.DelayMs(), true
+}
+
+// TakeAtRisk returns how many events the adaptive watermark applied that
+// the fixed delay would have called too late, since the last call.
+func (w *Partition) TakeAtRisk() int {
+	n := w.atRisk
+	w.atRisk = 0
+	return n
+}
+
 // alignDelay records an event of source partition src and sets the delay
 // that makes the event move the watermark to exactly alignTarget (or not
 // at all while there is none).
@@ -117,13 +155,9 @@ func (w *Partition) alignDelay(src int32, ts, d int64) {
 	eff := aggwindow.MaxDurationMs // W stays
 	if target, ok := w.alignTarget(d); ok {
 		// W moves to max(W, ts - eff): eff = ts - target gives target.
-		eff = max(0, min(ts-target, aggwindow.MaxDurationMs))
+		eff = ts - target
 	}
-	if w.slide != nil {
-		_ = w.slide.SetDelayMs(eff) // eff >= 0
-	} else {
-		_ = w.agg.SetDelayMs(eff) // 0 <= eff <= MaxDurationMs
-	}
+	w.setDelay(eff)
 }
 
 // marker applies a forwarder's report on one source partition (largest
@@ -160,9 +194,11 @@ func (w *Partition) ExtraDirty() bool { return w.extraDirty }
 // meta: for a repartitioned rule, what it knows of the source partitions.
 // Format: byte 1 (version), uvarint source partition count, uvarint n, then
 // n times: varint source partition, varint largest event time, byte idle
-// (0 or 1), in ascending partition order. Empty when there is none.
+// (0 or 1), in ascending partition order; then uvarint m and m bytes of the
+// adaptive watermark tracker's encoding (package watermark; m = 0 for a
+// fixed delay). Empty when there is nothing to keep.
 func (w *Partition) EncodeExtra() []byte {
-	if len(w.src) == 0 && w.srcN == 0 {
+	if len(w.src) == 0 && w.srcN == 0 && w.tr == nil {
 		return nil
 	}
 	ps := make([]int32, 0, len(w.src))
@@ -183,7 +219,12 @@ func (w *Partition) EncodeExtra() []byte {
 		}
 		b = append(b, idle)
 	}
-	return b
+	var tr []byte
+	if w.tr != nil {
+		tr = w.tr.AppendEncode(nil)
+	}
+	b = binary.AppendUvarint(b, uint64(len(tr)))
+	return append(b, tr...)
 }
 
 // LoadExtra restores EncodeExtra's bytes.
@@ -219,8 +260,17 @@ func (w *Partition) LoadExtra(data []byte) error {
 		m[int32(p)] = srcState{max: ts, idle: data[k2] == 1}
 		data = data[k2+1:]
 	}
-	if len(data) != 0 {
-		return errors.New("pipeline: extra state: trailing bytes")
+	tn, k3 := binary.Uvarint(data)
+	if k3 <= 0 || tn != uint64(len(data)-k3) {
+		return errors.New("pipeline: extra state: bad watermark tracker length")
+	}
+	if tn > 0 {
+		if w.tr == nil {
+			return errors.New("pipeline: extra state holds an adaptive watermark, the rule has a fixed one (a rule change without a version bump?)")
+		}
+		if err := w.tr.Decode(data[k3:]); err != nil {
+			return fmt.Errorf("pipeline: extra state: %w", err)
+		}
 	}
 	w.src, w.srcN = m, int(srcN)
 	return nil

@@ -9,6 +9,7 @@ import (
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/watermark"
 	"github.com/vibeline/processor/internal/window"
 )
 
@@ -35,6 +36,7 @@ type Stage struct {
 	valid *event.Validator
 	win   window.Config    // sliding rules
 	agg   aggwindow.Config // aggregating rules (Fires set per partition)
+	wm    *watermark.Config // adaptive watermark; nil for a fixed delay
 	desc  string
 }
 
@@ -63,6 +65,15 @@ func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
 		o:     o,
 		valid: event.NewValidator(event.JSONDecoder{}, event.Options{MaxFutureSkewMs: o.MaxFutureSkewMs}),
 		desc:  c.Rule.Description,
+	}
+	if w := c.Rule.Watermark; w.Strategy == rules.WatermarkAdaptive {
+		s.wm = &watermark.Config{
+			Strategy: watermark.Adaptive, DelayMs: c.DelayMs, Percentile: w.Percentile,
+			MinMs: w.Min.Ms(), MaxMs: w.Max.Ms(), Sample: w.Sample,
+		}
+		if err := s.wm.Validate(); err != nil {
+			return nil, fmt.Errorf("pipeline: rule %s: %w", c.Rule.ID, err)
+		}
 	}
 	id, ver := c.Rule.ID, c.Rule.Version
 	if c.Rule.Window.Type == rules.Sliding {
@@ -175,8 +186,15 @@ func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting,
 		qualifies = false // not expected: the rule language cannot fail at run time
 	}
 	key := s.KeyOf(ev)
-	if s.o.Repartitioned {
-		w.alignDelay(sourcePartition(in.Headers, in.Partition), ev.TS, s.c.DelayMs)
+	d := s.c.DelayMs
+	if w.tr != nil {
+		d = w.tr.DelayMs()
+	}
+	switch {
+	case s.o.Repartitioned:
+		w.alignDelay(sourcePartition(in.Headers, in.Partition), ev.TS, d)
+	case w.tr != nil:
+		w.setDelay(d)
 	}
 	var (
 		outcome    window.Outcome
@@ -193,6 +211,19 @@ func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting,
 		outcome, watermark, latenessMs, slideRevs = res.Outcome, res.Watermark, res.LatenessMs, res.Revisions
 	} else {
 		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, in, qualifies)
+	}
+	if w.tr != nil {
+		// The tracker sees the record after the window did (package
+		// watermark): the delay of a record depends on the records before
+		// it only.
+		if outcome == window.Processed || outcome == window.TooLate {
+			if w.tr.ObserveEvent(in.TimestampMs, ev.TS, s.c.LatenessMs, watermark) {
+				w.atRisk++
+			}
+		} else {
+			w.tr.Observe(in.TimestampMs, ev.TS)
+		}
+		w.extraDirty = true
 	}
 	switch outcome {
 	case window.Processed:
@@ -307,7 +338,11 @@ func (s *Stage) Marker(w *Partition, in Input, acct *Accounting, emit func(Outpu
 	if src < 0 || n < 1 || src >= n {
 		return fmt.Errorf("pipeline: marker at %s/%d@%d: source partition %d of %d", in.Topic, in.Partition, in.Offset, src, n)
 	}
-	slide, agg := w.marker(int32(src), int(n), maxTS, idle, s.c.DelayMs)
+	d := s.c.DelayMs
+	if w.tr != nil {
+		d = w.tr.DelayMs()
+	}
+	slide, agg := w.marker(int32(src), int(n), maxTS, idle, d)
 	for _, rev := range slide {
 		emit(s.slideAlert(rev))
 	}

@@ -1,0 +1,222 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/sim"
+)
+
+// benchRule is one rule of the rules benchmarks: its id and its YAML keys
+// other than id, version, source and outputs.
+type benchRule struct {
+	id   string
+	body string
+}
+
+// benchTenRules is the 10-rule mix of test/bench's BenchmarkRules (its
+// tenRules; keep the two equal): the vibration rule first, then sliding
+// rules with other thresholds and filters, tumbling avg/max/min/sum/count, a
+// hopping max and a session count, all keyed by machine_id.
+var benchTenRules = []benchRule{
+	{"vibration-high", `description: high-vibration events
+filter: value >= 7.1 && quality == "good"
+window: {type: sliding, size: 2m}
+threshold: count >= 3`},
+	{"vibration-critical", `description: critical-vibration events
+filter: value >= 11
+window: {type: sliding, size: 1m}
+threshold: count >= 2`},
+	{"vibration-elevated", `description: elevated-vibration events
+filter: value >= 5 && quality != "uncertain"
+window: {type: sliding, size: 10m}
+threshold: count >= 10`},
+	{"machine-avg", `description: readings of good quality
+filter: quality == "good"
+window: {type: tumbling, size: 5m}
+aggregate: {fn: avg}
+threshold: agg > 3.15 && count >= 100`},
+	{"machine-max", `description: readings
+window: {type: tumbling, size: 1m}
+aggregate: {fn: max}
+threshold: agg >= 12.5`},
+	{"machine-min", `description: readings (raised floor)
+window: {type: tumbling, size: 10m}
+aggregate: {fn: min}
+threshold: agg >= 2.5 && count >= 100`},
+	{"machine-sum", `description: elevated readings
+filter: value >= 4.5
+window: {type: tumbling, size: 1m}
+aggregate: {fn: sum}
+threshold: agg >= 150`},
+	{"machine-count", `description: high-vibration events
+filter: value >= 7.1
+window: {type: tumbling, size: 1m}
+threshold: count >= 8`},
+	{"machine-peak", `description: readings
+window: {type: hopping, size: 10m, advance: 1m}
+aggregate: {fn: max}
+threshold: agg >= 12.8`},
+	{"machine-episode", `description: elevated readings
+filter: value >= 4.5
+window: {type: session, gap: 90s}
+threshold: count > 4`},
+}
+
+// benchStages compiles rs over the topic "in" and returns their stages.
+func benchStages(b *testing.B, rs []benchRule) []*Stage {
+	b.Helper()
+	var y strings.Builder
+	y.WriteString("rules:\n")
+	for _, r := range rs {
+		fmt.Fprintf(&y, "  - id: %s\n    version: 1\n    source: in\n    outputs: {alerts: %s.alerts, dlq: in.dlq, late: in.late}\n", r.id, r.id)
+		for _, line := range strings.Split(r.body, "\n") {
+			y.WriteString("    " + line + "\n")
+		}
+	}
+	parsed, err := rules.Parse("bench.yaml", []byte(y.String()))
+	if err == nil {
+		err = rules.Validate(parsed)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	stages := make([]*Stage, len(parsed))
+	for i, r := range parsed {
+		c, err := rules.Compile(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if stages[i], err = NewRuleStage(c, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return stages
+}
+
+// benchInputs is the load generator's stream (sim.Load(200), as loadgen and
+// BenchmarkStage), 100,000 records of partition 0.
+func benchInputs() []Input {
+	line := sim.New(sim.Load(200))
+	recs := make([]Input, 100_000)
+	for i := range recs {
+		recs[i] = input(0, int64(i), line.Next())
+	}
+	return recs
+}
+
+// BenchmarkRuleStages is the per-record CPU cost of n rules over one topic,
+// as consume.(*Processor).handle spends it: each record is decoded and
+// validated once (Stage.Check of the topic's first rule), then applied to
+// every rule's state (Stage.Apply); a record that fails validation is
+// counted by every rule and dead-lettered once. Emitting an output only
+// counts it here (no Kafka record is built). check_only is Check alone:
+// rules_n ≈ check_only + the sum of the rules' Apply. One op is one record;
+// rules_10 reports x_1_rule, its ns/record over rules_1's of the same
+// invocation.
+//
+//	go test -run x -bench BenchmarkRuleStages -count 3 ./internal/pipeline/
+func BenchmarkRuleStages(b *testing.B) {
+	recs := benchInputs()
+	all := benchStages(b, benchTenRules)
+	var base float64
+	b.Run("check_only", func(b *testing.B) {
+		check := all[0]
+		bad := 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, verr := check.Check(&recs[i%len(recs)]); verr != nil {
+				bad++
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
+	})
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("rules_%d", n), func(b *testing.B) {
+			stages := all[:n]
+			check := stages[0]
+			parts := make([]*Partition, n)
+			accts := make([]Accounting, n)
+			fresh := func() {
+				for j, s := range stages {
+					parts[j] = s.NewPartition()
+				}
+			}
+			fresh()
+			for j := range accts {
+				accts[j].Version = 1
+			}
+			outputs := 0
+			emit := func(Output) { outputs++ }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%len(recs) == 0 && i > 0 {
+					fresh() // the stream restarts in event time
+				}
+				in := recs[i%len(recs)]
+				ev, verr := check.Check(&in)
+				if verr != nil {
+					for j := range accts {
+						accts[j].Records++
+						accts[j].NextOffset = in.Offset + 1
+						accts[j].DeadLettered++
+					}
+					emit(DeadLetterOutput(in, verr))
+					continue
+				}
+				for j, s := range stages {
+					s.Apply(parts[j], &ev, in, &accts[j], emit)
+				}
+			}
+			nsPer := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric(nsPer, "ns/record")
+			b.ReportMetric(float64(outputs)/float64(b.N), "outputs/record")
+			if n == 1 {
+				base = nsPer
+			} else if base > 0 {
+				b.ReportMetric(nsPer/base, "x_1_rule")
+			}
+		})
+	}
+}
+
+// BenchmarkRuleApply is Stage.Apply of each rule of the 10-rule mix alone,
+// on events decoded before the timer starts: where the rules' share of
+// BenchmarkRuleStages/rules_10 goes.
+func BenchmarkRuleApply(b *testing.B) {
+	recs := benchInputs()
+	all := benchStages(b, benchTenRules)
+	type decoded struct {
+		in Input
+		ev event.Event
+	}
+	var evs []decoded
+	for i := range recs {
+		if ev, verr := all[0].Check(&recs[i]); verr == nil {
+			evs = append(evs, decoded{recs[i], ev})
+		}
+	}
+	for _, s := range all {
+		b.Run(s.Rule().Rule.ID, func(b *testing.B) {
+			w := s.NewPartition()
+			acct := Accounting{Version: 1}
+			outputs := 0
+			emit := func(Output) { outputs++ }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%len(evs) == 0 && i > 0 {
+					w = s.NewPartition()
+				}
+				d := &evs[i%len(evs)]
+				s.Apply(w, &d.ev, d.in, &acct, emit)
+			}
+			b.ReportMetric(float64(outputs)/float64(b.N), "outputs/event")
+		})
+	}
+}
