@@ -237,12 +237,14 @@ func (s *Set) String() string {
 func (ks *keyState) live() int { return len(ks.byTS) - ks.head }
 
 // insert adds e (its id not yet in byTS) in (ts, id) order. In-order
-// arrivals append; expired space at the front is reused once it is at
-// least half of the slice, so the steady state allocates nothing.
+// arrivals append. When the slice is full, its expired front is reused if
+// it is at least half the live ids (a copy of the live ids per at least
+// live/2 inserts), else the slice is reallocated at twice the live ids; so
+// a key whose id count varies by less than a third allocates nothing.
 func (ks *keyState) insert(e entry) {
 	if n := len(ks.byTS); n == cap(ks.byTS) && ks.head > 0 {
 		live := n - ks.head
-		if ks.head >= live {
+		if 2*ks.head >= live {
 			copy(ks.byTS, ks.byTS[ks.head:])
 			clear(ks.byTS[live:])
 			ks.byTS = ks.byTS[:live]
