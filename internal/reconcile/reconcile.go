@@ -121,6 +121,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.Timeout = 2 * time.Minute
 	}
 	cfg := o.Config
+	if cfg.RulesFile != "" {
+		// The checks below are those of the record-aligned sliding rule of
+		// the rule: block (evidence = N events within S, one changelog).
+		return nil, fmt.Errorf("reconcile: rules_file = %q: reconcile checks the configuration's rule: block only; for a rules file, check each sliding rule with a configuration whose rule: block and topics are that rule's", cfg.RulesFile)
+	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
 	read := func(topic string) ([]*kgo.Record, error) {
 		return ReadCommitted(ctx, cfg.Brokers, topic, o.Timeout, o.Progress, o.ExtraKgoOpts...)

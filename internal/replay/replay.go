@@ -51,6 +51,7 @@ type Options struct {
 
 // Move is the plan for one input partition.
 type Move struct {
+	Topic     string
 	Partition int32
 	From      int64 // the group's committed offset now, -1 when none
 	To        int64
@@ -60,8 +61,24 @@ type Move struct {
 type Plan struct {
 	Group, Input, Changelog string
 	ChangelogNext           int64 // committed as the restore position
-	Moves                   []Move
-	Applied                 bool
+	// Changelogs and Repartitions are every rule's (a rules file may hold
+	// several rules, over several inputs: Input then lists them).
+	Changelogs, Repartitions []string
+	Moves                    []Move
+	Applied                  bool
+}
+
+// emptyState is the commit metadata of empty state for the rules (by
+// namespace) that read a topic in place: as the processor writes it.
+func emptyState(ns []string) string {
+	if len(ns) == 1 {
+		return txn.EncodeMeta(0)
+	}
+	pos := make(map[string]int64, len(ns))
+	for _, n := range ns {
+		pos[n] = 0
+	}
+	return txn.EncodePositions(pos)
 }
 
 // String renders the plan for people.
@@ -77,7 +94,7 @@ func (p Plan) String() string {
 		if m.From >= 0 {
 			from = fmt.Sprint(m.From)
 		}
-		fmt.Fprintf(&b, "  partition %d: %s -> %d\n", m.Partition, from, m.To)
+		fmt.Fprintf(&b, "  %s partition %d: %s -> %d\n", m.Topic, m.Partition, from, m.To)
 	}
 	return b.String()
 }
@@ -92,7 +109,28 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	plan := Plan{Group: cfg.GroupID, Input: cfg.Topics.Input, Changelog: cfg.ChangelogTopic()}
+	rs, err := cfg.Rules()
+	if err != nil {
+		return Plan{}, fmt.Errorf("replay: %w", err)
+	}
+	// The input topics, and the rules whose state each one feeds in place
+	// (their changelog positions go into the offsets' metadata).
+	var inputs []string
+	inPlace := map[string][]string{}
+	plan := Plan{Group: cfg.GroupID}
+	for _, r := range rs {
+		src := r.Rule.Source
+		if !slices.Contains(inputs, src) {
+			inputs = append(inputs, src)
+		}
+		plan.Changelogs = append(plan.Changelogs, cfg.ChangelogFor(r))
+		if r.Rule.Repartitioned() {
+			plan.Repartitions = append(plan.Repartitions, cfg.RepartitionFor(r))
+			continue
+		}
+		inPlace[src] = append(inPlace[src], fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version))
+	}
+	plan.Input, plan.Changelog = strings.Join(inputs, ","), plan.Changelogs[0]
 
 	groups, err := adm.DescribeGroups(ctx, cfg.GroupID)
 	if err != nil {
@@ -111,49 +149,60 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 		return plan, fmt.Errorf("%w: group %s has %d live members: %s; stop them first (a stopped replica's static membership expires after session_timeout)", ErrLiveMembers, cfg.GroupID, len(who), strings.Join(who, ", "))
 	}
 
-	// The new version's changelog must be empty (or not exist yet).
-	ends, err := adm.ListEndOffsets(ctx, plan.Changelog)
-	if err != nil {
-		return plan, fmt.Errorf("replay: changelog end offsets: %w", err)
-	}
-	var changelogRecords int64
-	ends.Each(func(lo kadm.ListedOffset) {
-		if lo.Err == nil {
-			changelogRecords += lo.Offset
+	// Every rule version's changelog (and repartition topic) must be empty
+	// (or not exist yet).
+	for i, topic := range append(slices.Clone(plan.Changelogs), plan.Repartitions...) {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return plan, fmt.Errorf("replay: end offsets of %s: %w", topic, err)
 		}
-	})
-	if changelogRecords > 0 {
-		return plan, fmt.Errorf("%w: changelog %s holds %d records of rule %s v%d; bump rule.version to replay into a fresh version",
-			ErrStateExists, plan.Changelog, changelogRecords, cfg.Rule.ID, cfg.Rule.Version)
+		var n int64
+		ends.Each(func(lo kadm.ListedOffset) {
+			if lo.Err == nil {
+				n += lo.Offset
+			}
+		})
+		if n > 0 {
+			what := "a repartitioned rule"
+			if i < len(rs) { // changelogs come first, one per rule in order
+				what = fmt.Sprintf("rule %s v%d", rs[i].Rule.ID, rs[i].Rule.Version)
+			}
+			return plan, fmt.Errorf("%w: %s holds %d records of %s; bump the rule's version to replay into a fresh version",
+				ErrStateExists, topic, n, what)
+		}
 	}
 
 	var to kadm.ListedOffsets
 	if o.From.IsZero() {
-		to, err = adm.ListStartOffsets(ctx, cfg.Topics.Input)
+		to, err = adm.ListStartOffsets(ctx, inputs...)
 	} else {
-		to, err = adm.ListOffsetsAfterMilli(ctx, o.From.UnixMilli(), cfg.Topics.Input)
+		to, err = adm.ListOffsetsAfterMilli(ctx, o.From.UnixMilli(), inputs...)
 	}
 	if err == nil {
 		err = to.Error()
 	}
 	if err != nil {
-		return plan, fmt.Errorf("replay: list offsets of %s: %w", cfg.Topics.Input, err)
+		return plan, fmt.Errorf("replay: list offsets of %s: %w", plan.Input, err)
 	}
 	current, err := adm.FetchOffsets(ctx, cfg.GroupID)
 	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		return plan, fmt.Errorf("replay: fetch offsets of %s: %w", cfg.GroupID, err)
 	}
-	meta := txn.EncodeMeta(0)
 	offsets := kadm.Offsets{}
 	to.Each(func(lo kadm.ListedOffset) {
-		m := Move{Partition: lo.Partition, From: -1, To: lo.Offset}
-		if c, ok := current.Lookup(cfg.Topics.Input, lo.Partition); ok && c.Err == nil {
+		m := Move{Topic: lo.Topic, Partition: lo.Partition, From: -1, To: lo.Offset}
+		if c, ok := current.Lookup(lo.Topic, lo.Partition); ok && c.Err == nil {
 			m.From = c.At
 		}
 		plan.Moves = append(plan.Moves, m)
-		offsets.Add(kadm.Offset{Topic: cfg.Topics.Input, Partition: lo.Partition, At: lo.Offset, LeaderEpoch: -1, Metadata: meta})
+		offsets.Add(kadm.Offset{Topic: lo.Topic, Partition: lo.Partition, At: lo.Offset, LeaderEpoch: -1, Metadata: emptyState(inPlace[lo.Topic])})
 	})
-	slices.SortFunc(plan.Moves, func(a, b Move) int { return int(a.Partition - b.Partition) })
+	slices.SortFunc(plan.Moves, func(a, b Move) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
 	if o.DryRun {
 		return plan, nil
 	}

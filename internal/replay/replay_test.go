@@ -3,8 +3,11 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -192,5 +195,117 @@ func TestReplayIntoNewVersion(t *testing.T) {
 	}
 	if total != n {
 		t.Fatalf("v2 accounted %d records, want all %d", total, n)
+	}
+}
+
+// A rules file of two rules over one input: replay into new versions of
+// both resets the input once, with both rules' empty-state positions in
+// the offsets' metadata, and both recompute everything.
+func TestReplayRulesFile(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	file := func(version int) string {
+		path := filepath.Join(t.TempDir(), "rules.yaml")
+		text := fmt.Sprintf(`rules:
+  - id: high
+    version: %[1]d
+    source: vibration.events
+    filter: value >= 7.1
+    window: {type: sliding, size: 2m}
+    threshold: count >= 3
+    outputs: {alerts: high.alerts}
+  - id: avg
+    version: %[1]d
+    source: vibration.events
+    window: {type: tumbling, size: 1m}
+    aggregate: {fn: avg}
+    threshold: agg > 4
+    outputs: {alerts: avg.alerts}
+`, version)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	v1 := config.Default()
+	v1.Brokers = c.ListenAddrs()
+	v1.StateDir = t.TempDir()
+	v1.InstanceID = "r"
+	v1.SessionTimeout = 2 * time.Second
+	v1.CommitInterval = 20 * time.Millisecond
+	v1.RulesFile = file(1)
+	line := sim.New(sim.Demo())
+	prod, err := kgo.NewClient(kgo.SeedBrokers(v1.Brokers...), kgo.DefaultProduceTopic("vibration.events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	const n = 3000
+	var recs []*kgo.Record
+	for range n {
+		r := line.Next()
+		recs = append(recs, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+	}
+	if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcessor(t, v1)
+	waitCommitted(t, v1, n)
+	p.stop(t)
+
+	v2 := v1
+	v2.RulesFile = file(2)
+	deadline := time.Now().Add(15 * time.Second)
+	var plan Plan
+	for {
+		plan, err = Run(context.Background(), Options{Config: v2})
+		if !errors.Is(err, ErrLiveMembers) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil || !plan.Applied || len(plan.Moves) != 3 || len(plan.Changelogs) != 2 {
+		t.Fatalf("replay: %+v %v", plan, err)
+	}
+	if _, err := Run(context.Background(), Options{Config: v1}); !errors.Is(err, ErrStateExists) {
+		t.Fatalf("replay into v1 (has state): %v", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(v1.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), v2.GroupID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.At != 0 || o.Metadata != "v2 avg.v2=0 high.v2=0" {
+			t.Errorf("%s/%d committed at %d with metadata %q", o.Topic, o.Partition, o.At, o.Metadata)
+		}
+	})
+	p = startProcessor(t, v2)
+	waitCommitted(t, v2, n)
+	p.stop(t)
+	for _, topic := range []string{"high.alerts", "avg.alerts"} {
+		recs, err := reconcile.ReadCommitted(context.Background(), v2.Brokers, topic, 10*time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions := map[int]int{}
+		for _, r := range recs {
+			a, err := alerts.Decode(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			versions[a.RuleVersion]++
+		}
+		if versions[1] == 0 || versions[1] != versions[2] {
+			t.Errorf("%s: alert revisions by version %v: want v2 to recompute exactly v1's (same definition)", topic, versions)
+		}
 	}
 }
