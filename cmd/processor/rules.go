@@ -5,32 +5,76 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/rules"
 )
 
-// rulesCmd validates rule files. The rules of such a file are not yet what
-// `processor run` executes (it runs the rule of the config's `rule:`
-// section); this command is the first step of rules as configuration.
+// rulesCmd validates rule files and prints the rules a configuration runs.
 func rulesCmd() *cobra.Command {
-	root := &cobra.Command{Use: "rules", Short: "Work with rule files (YAML `rules:` lists)"}
-	root.AddCommand(&cobra.Command{
-		Use:   "check FILE",
-		Short: "Validate a rule file and print each rule in words",
+	root := &cobra.Command{Use: "rules", Short: "Work with rule files (YAML `rules:` lists, docs/RULES.md)"}
+	var cfgPath string
+	check := &cobra.Command{
+		Use:   "check [FILE]",
+		Short: "Validate a rule file, or the rules of a configuration, and print each rule in words",
 		Long: `check parses FILE strictly (unknown keys are errors, with their line),
 compiles every filter and threshold expression (errors name the rule, the
 position and what is wrong), and prints each rule in words, for example
 "alert when at least 3 events with value >= 7.1 and quality == "good" fall
-within 2m (sliding, record-aligned), per machine_id; ...". Exit code 0 when
-every rule is valid, 2 otherwise.`,
-		Args: cobra.ExactArgs(1),
+within 2m (sliding, record-aligned), per machine_id; ...".
+
+Without FILE it checks what "processor run" would run with the same
+configuration (--config, PROCESSOR_* variables): the rules of its
+rules_file, or its rule: block expressed as a rule.
+
+Exit code 0 when every rule is valid, 2 otherwise.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			report, err := rules.Check(args[0])
+			path := ""
+			if len(args) == 1 {
+				path = args[0]
+			} else {
+				cfg, err := config.Load(cfgPath, nil)
+				if err != nil {
+					return usageError{err}
+				}
+				if cfg.RulesFile == "" {
+					return checkCompiled(cmd, cfg, "the configuration's rule: block")
+				}
+				path = cfg.RulesFile
+			}
+			report, err := rules.Check(path)
 			fmt.Fprint(cmd.OutOrStdout(), report)
 			if err != nil {
-				return usageError{fmt.Errorf("rules check %s: invalid", args[0])}
+				return usageError{fmt.Errorf("rules check %s: invalid", path)}
+			}
+			// What the schema accepts but this version cannot run yet.
+			rs, err := rules.Load(path)
+			if err != nil {
+				return usageError{fmt.Errorf("rules check %s: %w", path, err)}
+			}
+			for _, r := range rs {
+				if _, err := pipeline.NewRuleStage(r, pipeline.Options{}); err != nil {
+					return usageError{fmt.Errorf("rules check %s: %w", path, err)}
+				}
 			}
 			return nil
 		},
-	})
+	}
+	check.Flags().StringVar(&cfgPath, "config", "", "processor configuration (YAML) whose rules to check when no FILE is given")
+	root.AddCommand(check)
 	return root
+}
+
+// checkCompiled prints the rule block of cfg in words.
+func checkCompiled(cmd *cobra.Command, cfg config.Config, what string) error {
+	rs, err := cfg.Rules()
+	if err != nil {
+		return usageError{err}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: 1 rule, valid\n\n", what)
+	for _, r := range rs {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s v%d, hash %.16s\n  %s\n", r.Rule.ID, r.Rule.Version, r.Hash, rules.Describe(r.Rule))
+	}
+	return nil
 }

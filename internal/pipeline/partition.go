@@ -47,6 +47,75 @@ type Partition struct {
 	// events it found at risk since the last TakeAtRisk.
 	tr     *watermark.Tracker
 	atRisk int
+
+	// Of a rule with a cooldown: per key, until when no new alert may open
+	// and the alerts whose opening was suppressed (see pass).
+	cool map[string]*coolState
+}
+
+// coolState is one key's cooldown.
+type coolState struct {
+	until  int64           // event time the watermark must reach
+	hidden map[string]bool // suppressed alert ids, until their final revision
+}
+
+// pass applies a rule's per-key cooldown to one revision: after an alert of
+// a key opens, no new alert of that key opens until the watermark reaches
+// the alert's end + cooldown (the latest end of the key's emitted alerts,
+// as their revisions move it). A suppressed alert stays suppressed with all
+// its revisions. Decided on the watermark after the record, so it depends
+// on the log only. (A visible alert merged into a suppressed one keeps its
+// merged revision, naming the suppressed id.)
+func (w *Partition) pass(cooldown int64, key, id string, open, final bool, end int64) bool {
+	if cooldown <= 0 {
+		return true
+	}
+	if w.cool == nil {
+		w.cool = map[string]*coolState{}
+	}
+	cs := w.cool[key]
+	if cs != nil && cs.hidden[id] {
+		if final {
+			delete(cs.hidden, id)
+			w.extraDirty = true
+		}
+		return false
+	}
+	if open && cs != nil && w.Watermark() < cs.until {
+		if cs.hidden == nil {
+			cs.hidden = map[string]bool{}
+		}
+		cs.hidden[id] = true
+		w.extraDirty = true
+		return false
+	}
+	if cs == nil {
+		cs = &coolState{until: math.MinInt64}
+		w.cool[key] = cs
+	}
+	if u := satAdd(end, cooldown); u > cs.until {
+		cs.until = u
+		w.extraDirty = true
+	}
+	return true
+}
+
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// sweepCool forgets the cooldowns that have passed.
+func (w *Partition) sweepCool() {
+	wm := w.Watermark()
+	for k, cs := range w.cool {
+		if wm >= cs.until && len(cs.hidden) == 0 {
+			delete(w.cool, k)
+			w.extraDirty = true
+		}
+	}
 }
 
 // NewPartition returns empty state for one input partition.
@@ -196,9 +265,12 @@ func (w *Partition) ExtraDirty() bool { return w.extraDirty }
 // n times: varint source partition, varint largest event time, byte idle
 // (0 or 1), in ascending partition order; then uvarint m and m bytes of the
 // adaptive watermark tracker's encoding (package watermark; m = 0 for a
-// fixed delay). Empty when there is nothing to keep.
+// fixed delay); then uvarint c and c cooldowns in ascending key order:
+// string key, varint end (the event time the watermark must reach),
+// uvarint h and h strings (suppressed alert ids, ascending). A string is a
+// uvarint length and the bytes. Empty when there is nothing to keep.
 func (w *Partition) EncodeExtra() []byte {
-	if len(w.src) == 0 && w.srcN == 0 && w.tr == nil {
+	if len(w.src) == 0 && w.srcN == 0 && w.tr == nil && len(w.cool) == 0 {
 		return nil
 	}
 	ps := make([]int32, 0, len(w.src))
@@ -224,7 +296,79 @@ func (w *Partition) EncodeExtra() []byte {
 		tr = w.tr.AppendEncode(nil)
 	}
 	b = binary.AppendUvarint(b, uint64(len(tr)))
-	return append(b, tr...)
+	b = append(b, tr...)
+	keys := make([]string, 0, len(w.cool))
+	for k := range w.cool {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		cs := w.cool[k]
+		b = appendString(b, k)
+		b = binary.AppendVarint(b, cs.until)
+		ids := make([]string, 0, len(cs.hidden))
+		for id := range cs.hidden {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		b = binary.AppendUvarint(b, uint64(len(ids)))
+		for _, id := range ids {
+			b = appendString(b, id)
+		}
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// extraReader reads EncodeExtra's bytes.
+type extraReader struct {
+	b   []byte
+	err error
+}
+
+func (r *extraReader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		r.err = fmt.Errorf("pipeline: extra state: bad %s", what)
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *extraReader) varint(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Varint(r.b)
+	if k <= 0 {
+		r.err = fmt.Errorf("pipeline: extra state: bad %s", what)
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *extraReader) string(what string) string {
+	n := r.uvarint(what)
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("pipeline: extra state: %s longer than the data", what)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
 }
 
 // LoadExtra restores EncodeExtra's bytes.
@@ -261,18 +405,48 @@ func (w *Partition) LoadExtra(data []byte) error {
 		data = data[k2+1:]
 	}
 	tn, k3 := binary.Uvarint(data)
-	if k3 <= 0 || tn != uint64(len(data)-k3) {
+	if k3 <= 0 || tn > uint64(len(data)-k3) {
 		return errors.New("pipeline: extra state: bad watermark tracker length")
 	}
 	if tn > 0 {
 		if w.tr == nil {
 			return errors.New("pipeline: extra state holds an adaptive watermark, the rule has a fixed one (a rule change without a version bump?)")
 		}
-		if err := w.tr.Decode(data[k3:]); err != nil {
+		if err := w.tr.Decode(data[k3 : k3+int(tn)]); err != nil {
 			return fmt.Errorf("pipeline: extra state: %w", err)
 		}
 	}
-	w.src, w.srcN = m, int(srcN)
+	r := extraReader{b: data[k3+int(tn):]}
+	nc := r.uvarint("cooldown count")
+	if nc > uint64(len(r.b)) {
+		return errors.New("pipeline: extra state: bad cooldown count")
+	}
+	var cool map[string]*coolState
+	if nc > 0 {
+		cool = make(map[string]*coolState, nc)
+	}
+	for i := uint64(0); i < nc && r.err == nil; i++ {
+		k := r.string("cooldown key")
+		cs := &coolState{until: r.varint("cooldown end")}
+		nh := r.uvarint("suppressed count")
+		if nh > uint64(len(r.b)) {
+			return errors.New("pipeline: extra state: bad suppressed count")
+		}
+		for j := uint64(0); j < nh && r.err == nil; j++ {
+			if cs.hidden == nil {
+				cs.hidden = map[string]bool{}
+			}
+			cs.hidden[r.string("suppressed id")] = true
+		}
+		cool[k] = cs
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return errors.New("pipeline: extra state: trailing bytes")
+	}
+	w.src, w.srcN, w.cool = m, int(srcN), cool
 	return nil
 }
 
@@ -312,6 +486,9 @@ func (w *Partition) Watermark() int64 {
 func (w *Partition) Sweep() {
 	if w.slide != nil {
 		w.slide.Sweep()
+	}
+	if len(w.cool) > 0 {
+		w.sweepCool()
 	}
 }
 

@@ -38,7 +38,7 @@ threshold: count >= 10`},
 filter: quality == "good"
 window: {type: tumbling, size: 5m}
 aggregate: {fn: avg}
-threshold: agg > 3.15 && count >= 100`},
+threshold: agg > 4.5 && count >= 100`},
 	{"machine-max", `description: readings
 window: {type: tumbling, size: 1m}
 aggregate: {fn: max}

@@ -57,9 +57,6 @@ func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
 	if o.MaxFutureSkewMs <= 0 {
 		o.MaxFutureSkewMs = event.DefaultMaxFutureSkewMs
 	}
-	if c.CooldownMs > 0 {
-		return nil, fmt.Errorf("pipeline: rule %s: cooldown = %s: per-key cooldown is not supported yet, want 0s", c.Rule.ID, c.Rule.Cooldown)
-	}
 	s := &Stage{
 		c:     c,
 		o:     o,
@@ -244,11 +241,20 @@ func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting,
 				Header{HeaderLateRuleVersion, strconv.AppendInt(nil, int64(s.c.Rule.Version), 10)}),
 		})
 	}
-	for _, rev := range slideRevs {
-		emit(s.slideAlert(rev))
+	s.emitRevisions(w, slideRevs, aggRevs, emit)
+}
+
+// emitRevisions emits the alerts of revisions, through the rule's cooldown.
+func (s *Stage) emitRevisions(w *Partition, slide []window.Revision, agg []aggwindow.Revision, emit func(Output)) {
+	for _, rev := range slide {
+		if w.pass(s.c.CooldownMs, rev.Key, rev.AlertID, rev.Status == window.Open, rev.Status == window.Closed || rev.Status == window.Merged, rev.End) {
+			emit(s.slideAlert(rev))
+		}
 	}
-	for _, rev := range aggRevs {
-		emit(s.aggAlert(rev))
+	for _, rev := range agg {
+		if w.pass(s.c.CooldownMs, rev.Key, rev.AlertID, rev.Status == aggwindow.Open, rev.Status == aggwindow.Closed || rev.Status == aggwindow.Merged, rev.End) {
+			emit(s.aggAlert(rev))
+		}
 	}
 }
 
@@ -343,12 +349,7 @@ func (s *Stage) Marker(w *Partition, in Input, acct *Accounting, emit func(Outpu
 		d = w.tr.DelayMs()
 	}
 	slide, agg := w.marker(int32(src), int(n), maxTS, idle, d)
-	for _, rev := range slide {
-		emit(s.slideAlert(rev))
-	}
-	for _, rev := range agg {
-		emit(s.aggAlert(rev))
-	}
+	s.emitRevisions(w, slide, agg, emit)
 	return nil
 }
 
