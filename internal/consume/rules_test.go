@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
@@ -361,5 +362,67 @@ func TestChangedRuleWithSameVersionRefused(t *testing.T) {
 		default:
 		}
 		in.stop(t)
+	}
+}
+
+// Rules over two source topics in one instance: each rule sees its own
+// source only, and its outputs equal its reference exactly; the metric
+// labels of the second source's partitions name the topic.
+func TestRulesOverTwoSources(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(testPartitions, "vibration.events", "line2.events"),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	seeds := c.ListenAddrs()
+	cfg := testConfig(seeds, t.TempDir(), "two")
+	cfg.RulesFile = writeRules(t, `rules:
+  - id: line1
+    version: 1
+    source: vibration.events
+    filter: value >= 7.1
+    window: {type: sliding, size: 2m}
+    threshold: count >= 3
+    outputs: {alerts: line1.alerts}
+  - id: line2
+    version: 1
+    source: line2.events
+    window: {type: tumbling, size: 1m}
+    aggregate: {fn: max}
+    threshold: agg > 9
+    outputs: {alerts: line2.alerts}
+`)
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log1, log2 := pipeline.Log{}, pipeline.Log{}
+	produce(t, seeds, "vibration.events", simRecords(4000, 21), log1)
+	produce(t, seeds, "line2.events", simRecords(4000, 22), log2)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log1)
+	cfg2 := cfg
+	cfg2.Topics.Input = "line2.events"
+	waitConsumed(t, seeds, cfg2, log2)
+	in.stop(t)
+	for i, log := range []pipeline.Log{log1, log2} {
+		st, err := pipeline.NewRuleStage(rs[i], pipeline.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := refOutputs(st, log)
+		var want []string
+		for _, o := range ref {
+			if o.Kind == pipeline.Alert {
+				want = append(want, string(o.Key)+"|"+pipeline.Fingerprint(o.Value, o.Headers))
+			}
+		}
+		slices.Sort(want)
+		topic := rs[i].Rule.Outputs.Alerts
+		got := fingerprints(readAll(t, seeds, topic))[topic]
+		if len(want) == 0 || !slices.Equal(got, want) {
+			t.Errorf("%s: %d alert revisions, want %d (reference)", topic, len(got), len(want))
+		}
 	}
 }
