@@ -101,13 +101,13 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 {{if .Ready}}<span class="ok" id="ready">ready</span>{{else}}<span class="bad" id="ready">not ready</span>{{end}} ·
 {{.Commits}} transactions committed, {{.Aborts}} aborted · page at {{.Now}} (refreshes every 5 s)</p>
 <h2>Partitions</h2>
-<table id="partitions"><tr><th>partition</th><th>owner</th><th>committed offset</th><th>end offset</th><th>lag</th>
+<table id="partitions"><tr><th class="l">topic</th><th>partition</th><th>owner</th><th>committed offset</th><th>end offset</th><th>lag</th>
 <th class="l">watermark</th><th class="l">last record</th><th>keys</th><th>events</th><th>open incidents</th><th class="l">restore</th></tr>
-{{range .Parts}}<tr class="partition" data-partition="{{.Partition}}"><td>{{.Partition}}</td><td>{{$.Instance}}</td>
+{{range .Parts}}<tr class="partition" data-partition="{{.Partition}}" data-topic="{{.Topic}}"><td class="l">{{.Topic}}</td><td>{{.Partition}}</td><td>{{$.Instance}}</td>
 <td class="committed">{{.CommittedOffset}}</td><td>{{.EndOffset}}</td><td class="lag">{{.Lag}}</td>
 <td class="l watermark">{{.Watermark}}</td><td class="l">{{.LastRecord}}</td><td>{{.Keys}}</td><td>{{.Events}}</td>
 <td>{{.OpenIncidents}}</td><td class="l">{{.Restore}}</td></tr>
-{{else}}<tr><td colspan="11" class="l">no partition assigned</td></tr>{{end}}
+{{else}}<tr><td colspan="12" class="l">no partition assigned</td></tr>{{end}}
 </table>
 <h2>Last alerts</h2>
 {{range .Alerts}}<div class="alert" data-alert="{{.AlertID}}" data-revision="{{.Revision}}">
