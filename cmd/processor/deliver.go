@@ -98,6 +98,9 @@ func loadDeliveryConfig(path string) (deliver.Config, error) {
 			return deliver.Config{}, fmt.Errorf("deliver: bind env %s: %w", k, err)
 		}
 	}
+	if f := v.GetString("alerts_format"); f == config.FormatAvro {
+		return deliver.Config{}, fmt.Errorf("deliver: alerts_format = %q: processor deliver reads JSON alert revisions only; run the processor with alerts_format json for it (docs/AVRO.md)", f)
+	}
 	cfg := deliver.Default()
 	if v.IsSet("brokers") {
 		cfg.Brokers = v.GetStringSlice("brokers")

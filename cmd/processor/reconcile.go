@@ -39,6 +39,9 @@ no violation; 1: violations (listed).`,
 			if err != nil {
 				return usageError{err}
 			}
+			if cfg.UsesAvro() {
+				return usageError{fmt.Errorf("reconcile: reads JSON sources and JSON alerts only, and this configuration has Avro (sources: %v, alerts_format: %q); see docs/AVRO.md", avroSources(cfg), cfg.AlertsFormat)}
+			}
 			o := reconcile.Options{Config: cfg, Recompute: recompute}
 			if o.ExtraKgoOpts, err = kafkaSecurityOpts(cfg.Kafka, newLogger(os.Stderr, "warn")); err != nil {
 				return err
@@ -97,4 +100,15 @@ func progressBar() func(topic string, read, total int64) {
 			last = line
 		}
 	}
+}
+
+// avroSources lists the source topics whose format is avro.
+func avroSources(cfg config.Config) []string {
+	var out []string
+	for _, s := range cfg.Sources {
+		if cfg.SourceFormat(s.Topic).Format == config.FormatAvro {
+			out = append(out, s.Topic)
+		}
+	}
+	return out
 }

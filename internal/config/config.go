@@ -85,6 +85,114 @@ type Config struct {
 	// kafka.tls.*, kafka.sasl.*; see internal/kafkasec). Default: plaintext,
 	// no authentication.
 	Kafka kafkasec.Config `mapstructure:"kafka"`
+	// Sources sets the value format of source topics (docs/AVRO.md); a
+	// source topic not listed is JSON. Default none. Key sources: a list of
+	// {topic, format, avro: {schema_file, schema_id, framing}}.
+	Sources []Source `mapstructure:"sources"`
+	// Registry is the Confluent-compatible schema registry of Avro sources
+	// and Avro alerts (keys registry.*). Default: none (url "").
+	Registry Registry `mapstructure:"registry"`
+	// AlertsFormat is the format of alert revisions: json (default) or avro
+	// (schemas/alert.avsc, registered under "<alerts topic>-value"; needs
+	// registry.url). Key alerts_format.
+	AlertsFormat string `mapstructure:"alerts_format"`
+}
+
+// Value formats of sources and alerts.
+const (
+	FormatJSON = "json"
+	FormatAvro = "avro"
+)
+
+// Framings of Avro source values.
+const (
+	// FramingWire is the Confluent wire format: magic byte 0, the 4-byte
+	// schema id, the Avro body.
+	FramingWire = "wire"
+	// FramingBare is an Avro body alone, written with the local schema.
+	FramingBare = "bare"
+)
+
+// Source is the value format of one source topic.
+type Source struct {
+	// Topic is a source topic of a rule (topics.input, or a rule's source
+	// in rules_file).
+	Topic string `mapstructure:"topic"`
+	// Format is json (default) or avro.
+	Format string `mapstructure:"format"`
+	// Avro configures format avro.
+	Avro AvroSource `mapstructure:"avro"`
+}
+
+// AvroSource is where the writer schemas of an Avro source come from.
+type AvroSource struct {
+	// SchemaFile is a local writer schema (.avsc) used instead of the
+	// registry. Default "" (the registry, registry.url).
+	SchemaFile string `mapstructure:"schema_file"`
+	// SchemaID, with SchemaFile and framing wire, is the only schema id
+	// accepted in headers (others are schema_unknown); 0 accepts any id.
+	SchemaID int64 `mapstructure:"schema_id"`
+	// Framing is wire (default: the Confluent wire format) or bare (Avro
+	// bodies without a header; needs SchemaFile).
+	Framing string `mapstructure:"framing"`
+}
+
+// Registry is the schema registry client's configuration.
+type Registry struct {
+	// URL is the base URL of the Confluent-compatible API
+	// (http://host:8081; Apicurio 3: http://host:8080/apis/ccompat/v7).
+	// Default "" (no registry).
+	URL string `mapstructure:"url"`
+	// Username enables HTTP basic authentication. Default "".
+	Username string `mapstructure:"username"`
+	// Password of Username: prefer PROCESSOR_REGISTRY_PASSWORD to the
+	// file. Never printed or logged. Default "".
+	Password kafkasec.Secret `mapstructure:"password"`
+	// Timeout bounds one registry request. Default 5s. Range 100ms..1m.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// NotFoundTTL is how long "schema id not found" is trusted before the
+	// registry is asked again. Default 1m. Range 1s..24h.
+	NotFoundTTL time.Duration `mapstructure:"not_found_ttl"`
+	// RetryBackoff is the first pause before asking an unavailable registry
+	// again; it doubles up to RetryBackoffMax. Default 500ms.
+	RetryBackoff time.Duration `mapstructure:"retry_backoff"`
+	// RetryBackoffMax caps the pause between retries. Default 30s.
+	RetryBackoffMax time.Duration `mapstructure:"retry_backoff_max"`
+}
+
+// SourceFormat returns the configuration of topic's format: its Source
+// entry, or a JSON source.
+func (c Config) SourceFormat(topic string) Source {
+	for _, s := range c.Sources {
+		if s.Topic == topic {
+			return s.normalized()
+		}
+	}
+	return Source{Topic: topic, Format: FormatJSON}
+}
+
+// normalized fills the defaults of an entry: format json, framing wire.
+func (s Source) normalized() Source {
+	if s.Format == "" {
+		s.Format = FormatJSON
+	}
+	if s.Format == FormatAvro && s.Avro.Framing == "" {
+		s.Avro.Framing = FramingWire
+	}
+	return s
+}
+
+// UsesAvro reports whether any source or the alerts are Avro.
+func (c Config) UsesAvro() bool {
+	if c.AlertsFormat == FormatAvro {
+		return true
+	}
+	for _, s := range c.Sources {
+		if s.normalized().Format == FormatAvro {
+			return true
+		}
+	}
+	return false
 }
 
 // Topics names the topics the processor reads and writes.
@@ -171,6 +279,13 @@ func Default() Config {
 			Description:     "high-vibration events",
 		},
 		Kafka: kafkasec.Default(),
+		Registry: Registry{
+			Timeout:         5 * time.Second,
+			NotFoundTTL:     time.Minute,
+			RetryBackoff:    500 * time.Millisecond,
+			RetryBackoffMax: 30 * time.Second,
+		},
+		AlertsFormat: FormatJSON,
 	}
 }
 
@@ -286,6 +401,7 @@ func (c Config) Validate() error {
 	if r.Description == "" {
 		bad("rule.description", r.Description, "a non-empty phrase such as \"high-vibration events\"")
 	}
+	errs = append(errs, c.validateFormats()...)
 	if err := c.Kafka.Validate(); err != nil {
 		list := []error{err}
 		if j, ok := err.(interface{ Unwrap() []error }); ok { // one per problem

@@ -19,7 +19,15 @@
 //   - Every input record is counted as exactly one of processed, filtered,
 //     duplicate, dead_lettered or too_late, in the same transaction as its
 //     offset (the accounting record "a" of the changelog).
-//   - Decisions depend only on the log; the wall clock only paces commits.
+//   - Decisions depend only on the log; the wall clock only paces commits
+//     and the retries of an unavailable schema registry.
+//   - The records of an Avro source are decoded only after their writer
+//     schemas are cached (avro.Registry.Prepare). A partition whose
+//     schemas the registry cannot give now is held: paused, and the open
+//     batch aborted so that nothing past its committed offset commits; the
+//     gate's retrier goroutine, owned by Run, asks the registry again with
+//     backoff, and the loop resumes the partition once it answered
+//     (docs/AVRO.md, "Registry outage").
 //
 // It must not reach into the window package's internals: it calls
 // Process, Sweep and the persistence hooks.

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/vibeline/processor/internal/avro"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
@@ -77,6 +78,9 @@ type Processor struct {
 	storesRef atomic.Pointer[[]*state.Store] // for the scrape-time disk gauge
 	kprom     *kprom.Metrics
 	rm        ruleMetrics
+
+	fm   *formats // value formats of sources and alerts (docs/AVRO.md)
+	gate *gate    // nil without a registry
 }
 
 // ruleMetrics are the per-rule series (label values pre-created at New).
@@ -127,6 +131,7 @@ type task struct {
 	alerts  string
 	dlq     string
 	late    string
+	enc     *avro.AlertEncoder // Avro alerts: set by Run before any record
 }
 
 // source is one subscribed topic: the rules whose state it feeds, the
@@ -142,6 +147,9 @@ type source struct {
 	// without value are watermark markers.
 	markers    bool
 	partitions int // partition count (known once Run checked the topics)
+	// prepare: the values are Avro whose writer schemas come from the
+	// registry; the gate prepares them before they are decoded.
+	prepare bool
 }
 
 // New builds a processor for cfg. It does not contact Kafka; Run does.
@@ -172,6 +180,14 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		parts:   map[pkey]*part{},
 		fresh:   map[pkey]bool{},
 	}
+	if p.fm, err = newFormats(cfg, rs, o.Metrics, o.Logger, o.Now); err != nil {
+		return nil, err
+	}
+	if p.fm.reg != nil {
+		if p.gate, err = newGate(p.fm.reg, cfg.Registry, o.Metrics, o.Logger, o.Now); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.plan(rs); err != nil {
 		return nil, err
 	}
@@ -198,18 +214,20 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 	return p, nil
 }
 
-// plan builds the tasks and sources of the rules.
+// plan builds the tasks and sources of the rules. A repartition topic
+// carries its source's values unchanged, so it has the source's format.
 func (p *Processor) plan(rs []*rules.Compiled) error {
 	skew := p.cfg.Rule.MaxFutureSkew.Milliseconds()
 	src := func(topic string, repartitioned bool, t *task) (*source, error) {
 		if s := p.sources[topic]; s != nil {
 			return s, nil
 		}
-		st, err := pipeline.NewRuleStage(t.rule, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: repartitioned})
+		from := t.rule.Rule.Source
+		st, err := pipeline.NewRuleStage(t.rule, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: repartitioned, Decoder: p.fm.decoders[from]})
 		if err != nil {
 			return nil, fmt.Errorf("consume: %w", err)
 		}
-		s := &source{topic: topic, check: st}
+		s := &source{topic: topic, check: st, prepare: p.fm.prepare[from]}
 		p.sources[topic] = s
 		p.topics = append(p.topics, topic)
 		return s, nil
@@ -229,7 +247,11 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 		if repart {
 			t.input = p.cfg.RepartitionFor(r)
 		}
-		st, err := pipeline.NewRuleStage(r, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: repart})
+		o := pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: repart, Decoder: p.fm.decoders[r.Rule.Source]}
+		if p.fm.avroAlerts {
+			o.EncodeAlert = t.encodeAlert
+		}
+		st, err := pipeline.NewRuleStage(r, o)
 		if err != nil {
 			return fmt.Errorf("consume: %w", err)
 		}
@@ -290,6 +312,12 @@ func (p *Processor) label(k pkey) string {
 func (p *Processor) Run(ctx context.Context) error {
 	startCtx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout)
 	defer cancel()
+	if p.fm.reg != nil {
+		defer p.fm.reg.Client().Close()
+	}
+	if err := p.registerAlertSchemas(startCtx); err != nil {
+		return err
+	}
 	counts, err := ensureTopics(startCtx, p.cfg, p.wantTopics(), p.baseOpts(), p.log)
 	if err != nil {
 		return err
@@ -356,6 +384,20 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	p.log.Info("processor started", "group", p.cfg.GroupID, "instance", p.cfg.InstanceID,
 		"mode", p.cfg.Mode, "topics", p.topics, "rules", len(p.tasks))
+	if p.gate != nil {
+		// The retrier lives exactly as long as the loop.
+		rctx, stopRetrier := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.gate.run(rctx)
+		}()
+		defer func() {
+			stopRetrier()
+			wg.Wait()
+		}()
+	}
 	err = p.loop(ctx)
 	p.sess.Close()
 	p.setReady(false)
@@ -431,8 +473,15 @@ func (p *Processor) loop(ctx context.Context) error {
 			return p.shutdown()
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, p.pollTimeout())
+		if p.gate != nil {
+			p.gate.pollStarted(cancel)
+		}
 		fetches := p.sess.Client().PollRecords(pollCtx, p.cfg.MaxPollRecords)
 		cancel()
+		if p.gate != nil {
+			p.gate.pollEnded()
+			p.gate.release(p.sess.Client())
+		}
 		if fetches.IsClientClosed() {
 			return errors.New("consume: client closed")
 		}
@@ -512,6 +561,21 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 	if err != nil || len(todo) == 0 {
 		return err
 	}
+	if p.gate != nil {
+		var held []pkey
+		for _, w := range todo {
+			if !w.pt.src.prepare {
+				continue
+			}
+			if id, perr := p.gate.prepare(ctx, w.fp.Records); perr != nil {
+				p.gate.hold(w.pt.pkey, id, perr)
+				held = append(held, w.pt.pkey)
+			}
+		}
+		if len(held) > 0 {
+			return p.holdBack(ctx, held)
+		}
+	}
 	if !p.inTxn {
 		if err := p.sess.Begin(); err != nil {
 			return err
@@ -574,7 +638,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 			t := rp.t
 			err := t.stage.Marker(rp.win, in, &rp.batchAcct, func(o pipeline.Output) {
 				pt.stats.alerts[o.Status]++
-				pt.stats.vals = append(pt.stats.vals, o.Value)
+				pt.stats.vals = append(pt.stats.vals, displayValue(o))
 				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
 				p.sess.Produce(ctx, outRecord(t.alerts, o))
 			})
@@ -607,7 +671,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 			case pipeline.Alert:
 				topic = t.alerts
 				pt.stats.alerts[o.Status]++
-				pt.stats.vals = append(pt.stats.vals, o.Value)
+				pt.stats.vals = append(pt.stats.vals, displayValue(o))
 				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
 			case pipeline.DeadLetter:
 				topic = t.dlq
@@ -633,6 +697,14 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 	}
 }
 
+// displayValue is what the status page shows of an alert: its JSON.
+func displayValue(o pipeline.Output) []byte {
+	if o.JSON != nil {
+		return o.JSON
+	}
+	return o.Value
+}
+
 func outRecord(topic string, o pipeline.Output) *kgo.Record {
 	rec := &kgo.Record{Topic: topic, Key: o.Key, Value: o.Value}
 	if len(o.Headers) > 0 {
@@ -648,7 +720,36 @@ func outRecord(topic string, o pipeline.Output) *kgo.Record {
 // state of every rule to the rule's changelog, then commits (or, on
 // failure, aborts) the transaction, and applies the state to the local
 // stores only once Kafka committed it.
-func (p *Processor) commit(ctx context.Context) error {
+func (p *Processor) commit(ctx context.Context) error { return p.endBatch(ctx, true, nil) }
+
+// holdBack pauses fetching of held partitions, whose polled records could
+// not be prepared (the schema registry is unavailable), and aborts the open
+// batch so that no offset past a record that was not processed is
+// committed: the consumer rewinds every partition to its committed offset
+// (docs/AVRO.md, "Registry outage"). The held partitions are resumed by the
+// gate once the registry answers; the others go on at once.
+func (p *Processor) holdBack(ctx context.Context, held []pkey) error {
+	pause := map[string][]int32{}
+	for _, k := range held {
+		pause[k.topic] = append(pause[k.topic], k.id)
+	}
+	p.sess.Client().PauseFetchPartitions(pause)
+	if !p.inTxn {
+		// The poll moved the consumer past the held records: an empty
+		// batch, aborted, rewinds it.
+		if err := p.sess.Begin(); err != nil {
+			return err
+		}
+		p.inTxn, p.txnStart = true, p.now()
+	}
+	return p.endBatch(context.WithoutCancel(ctx), false, held)
+}
+
+// endBatch commits the open batch when commit is true (and nothing failed),
+// else aborts it; an abort also rewinds the partitions of rewind, which the
+// batch did not touch (at_least_once rewinds by itself; exactly_once's
+// session rewinds every polled partition).
+func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) error {
 	start := p.now()
 	batches := map[*task]*state.Batch{}
 	var stageErr error
@@ -666,8 +767,13 @@ func (p *Processor) commit(ctx context.Context) error {
 		rp.lastCL = rec
 		stageErr = b.Put(id, name, value)
 	}
-	p.markers(ctx)
+	if commit {
+		p.markers(ctx)
+	}
 	for _, pt := range p.batch {
+		if !commit {
+			break // nothing to write for an abort
+		}
 		for _, rp := range pt.rs {
 			rp.win.Sweep()
 			names, meta := rp.win.Dirty()
@@ -695,7 +801,7 @@ func (p *Processor) commit(ctx context.Context) error {
 			b.Discard()
 		}
 	}
-	want := stageErr == nil && (p.abortFn == nil || !p.abortFn())
+	want := commit && stageErr == nil && (p.abortFn == nil || !p.abortFn())
 	committed, err := p.sess.End(ctx, want, func(topic string, partition int32) (string, error) {
 		pt := p.batchPart(pkey{topic, partition})
 		if pt == nil {
@@ -719,10 +825,11 @@ func (p *Processor) commit(ctx context.Context) error {
 		discard()
 		p.met.Transactions.WithLabelValues("aborted").Inc()
 		p.log.Info("consume: batch aborted, rewinding to the committed state", "partitions", len(p.batch), "err", err)
-		aborted := make([]pkey, len(p.batch))
+		aborted := make([]pkey, len(p.batch), len(p.batch)+len(rewind))
 		for i, pt := range p.batch {
 			aborted[i] = pt.pkey
 		}
+		aborted = append(aborted, rewind...)
 		if err := p.reloadAll(); err != nil {
 			return err
 		}
@@ -936,13 +1043,19 @@ func (p *Processor) rewind(ks []pkey) {
 	p.mu.Lock()
 	for _, k := range ks {
 		pt := p.parts[k]
-		if pt == nil || len(pt.rs) == 0 {
+		if pt == nil {
+			continue
+		}
+		next := pt.committedFwd.next // a source only repartitioned rules read
+		if len(pt.rs) > 0 {
+			next = pt.rs[0].acct.NextOffset
+		} else if len(pt.src.forwards) == 0 {
 			continue
 		}
 		if to[k.topic] == nil {
 			to[k.topic] = map[int32]kgo.EpochOffset{}
 		}
-		to[k.topic][k.id] = kgo.EpochOffset{Epoch: -1, Offset: pt.rs[0].acct.NextOffset}
+		to[k.topic][k.id] = kgo.EpochOffset{Epoch: -1, Offset: next}
 	}
 	p.mu.Unlock()
 	p.sess.Client().SetOffsets(to)
@@ -998,12 +1111,18 @@ func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 
 func (p *Processor) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	p.drop(keys(revoked))
+	if p.gate != nil {
+		p.gate.forget(keys(revoked))
+	}
 	p.met.Rebalances.WithLabelValues("revoked").Inc()
 	p.log.Info("consume: partitions revoked", "partitions", revoked)
 }
 
 func (p *Processor) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	p.drop(keys(lost))
+	if p.gate != nil {
+		p.gate.forget(keys(lost))
+	}
 	p.met.Rebalances.WithLabelValues("lost").Inc()
 	p.log.Warn("consume: partitions lost", "partitions", lost)
 }

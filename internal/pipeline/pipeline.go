@@ -63,6 +63,9 @@ type Output struct {
 	Headers []Header
 	Status  string // alerts: the revision's status
 	Reason  string // dead letters: the reason code
+	// JSON is an alert's JSON value when Value is in another format (Avro
+	// alerts), for displays that show JSON; nil when Value is JSON.
+	JSON []byte
 }
 
 // Accounting counts what happened to a partition's records: every record is

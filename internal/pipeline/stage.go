@@ -26,6 +26,13 @@ type Options struct {
 	// records are keyed by the rule's key (the source stage already checked
 	// the record key against machine_id), so the key check is skipped.
 	Repartitioned bool
+	// Decoder decodes record values (docs/AVRO.md: the Avro decoder of an
+	// Avro source); nil is JSON. Validation after decoding is the same for
+	// every decoder (event.Validator).
+	Decoder event.Decoder
+	// EncodeAlert writes alert revisions (the Avro alert encoder); nil is
+	// alerts.Alert.Encode (JSON).
+	EncodeAlert func(alerts.Alert) ([]byte, error)
 }
 
 // Stage applies one compiled rule to one input partition's records. It is
@@ -34,8 +41,8 @@ type Stage struct {
 	c     *rules.Compiled
 	o     Options
 	valid *event.Validator
-	win   window.Config    // sliding rules
-	agg   aggwindow.Config // aggregating rules (Fires set per partition)
+	win   window.Config     // sliding rules
+	agg   aggwindow.Config  // aggregating rules (Fires set per partition)
 	wm    *watermark.Config // adaptive watermark; nil for a fixed delay
 	desc  string
 }
@@ -60,7 +67,7 @@ func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
 	s := &Stage{
 		c:     c,
 		o:     o,
-		valid: event.NewValidator(event.JSONDecoder{}, event.Options{MaxFutureSkewMs: o.MaxFutureSkewMs}),
+		valid: event.NewValidator(o.Decoder, event.Options{MaxFutureSkewMs: o.MaxFutureSkewMs}),
 		desc:  c.Rule.Description,
 	}
 	if w := c.Rule.Watermark; w.Strategy == rules.WatermarkAdaptive {
@@ -389,11 +396,20 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 		what = fmt.Sprintf("%s (%s %s)", s.desc, agg.Fn, strconv.FormatFloat(agg.Value, 'g', 6, 64))
 	}
 	a.Reason = alerts.ReasonSentenceKeyed(a.Status, a.Count, what, s.keyNoun(), key, a.Start, a.End, a.MergedInto)
-	val, err := a.Encode()
+	var (
+		val, js []byte
+		err     error
+	)
+	if s.o.EncodeAlert != nil {
+		val, err = s.o.EncodeAlert(a)
+		js, _ = a.Encode() // for the status page, which shows JSON
+	} else {
+		val, err = a.Encode()
+	}
 	if err != nil {
 		// The windows only emit well-formed revisions; if one ever is not,
 		// the alert still goes out, marked, rather than vanishing.
 		val = fmt.Appendf(nil, `{"alert_id":%q,"revision":%d,"encode_error":%q}`, a.AlertID, a.Revision, err.Error())
 	}
-	return Output{Kind: Alert, Key: []byte(key), Value: val, Status: a.Status}
+	return Output{Kind: Alert, Key: []byte(key), Value: val, JSON: js, Status: a.Status}
 }
