@@ -94,7 +94,7 @@ export KAFKA_BOOTSTRAP
 echo "KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP"
 
 phase "unit + integration tests (-race)"
-mapfile -t pkgs < <(go list ./... | grep -v -e /test/e2e -e /test/secure || true)
+mapfile -t pkgs < <(go list ./... | grep -v -e /test/e2e -e /test/secure -e /test/delivery || true)
 if [ "${#pkgs[@]}" -gt 0 ]; then
 	go test -race -count=1 -timeout 15m "${pkgs[@]}"
 else
@@ -120,6 +120,10 @@ took "fuzzing"
 
 phase "end-to-end tests"
 go test -count=1 -timeout 20m -v ./test/e2e/...
+# Alone, not beside the unit tests: TestSlowReceiverDoesNotSlowTheCore
+# compares throughput with and without a slow delivery stage, and the other
+# packages' tests running on the same two cores would be the noise it sees.
+go test -race -count=1 -timeout 10m ./test/delivery/...
 # After the e2e suite, not beside it: its own broker JVM and processors would
 # share the two cores with the e2e suite's timing-sensitive tests.
 go test -count=1 -timeout 10m -v ./test/secure/...
