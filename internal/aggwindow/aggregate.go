@@ -3,7 +3,7 @@ package aggwindow
 import (
 	"cmp"
 	"math"
-	"slices"
+	"sort"
 )
 
 // Exact summation.
@@ -197,21 +197,26 @@ func evidenceOrder(fn Fn) func(a, b *Evidence) int {
 }
 
 // addEvidence inserts e into the sorted evidence ev, keeping at most limit.
+// e is compared from its copy in the slice, never through &e: order is a
+// func value, so a pointer to a local would move it to the heap on every
+// call (as would a comparison closure over values).
 func addEvidence(ev []Evidence, e Evidence, limit int, order func(a, b *Evidence) int) []Evidence {
 	if limit == 0 {
 		return ev
 	}
 	n := len(ev)
-	if n == limit && order(&ev[n-1], &e) <= 0 {
-		return ev
+	if ev == nil {
+		ev = make([]Evidence, 0, limit+1)
 	}
-	i, _ := slices.BinarySearchFunc(ev, e, func(x, y Evidence) int { return order(&x, &y) })
-	if n == limit {
-		copy(ev[i+1:], ev[i:n-1])
-		ev[i] = e
-		return ev
+	ev = append(ev, e)
+	pe := &ev[n]
+	if n == limit && order(&ev[n-1], pe) <= 0 {
+		return ev[:n]
 	}
-	return slices.Insert(ev, i, e)
+	i := sort.Search(n, func(k int) bool { return order(&ev[k], pe) >= 0 })
+	copy(ev[i+1:], ev[i:n])
+	ev[i] = e
+	return ev[:min(n+1, limit)]
 }
 
 // mergeEvidence returns the first limit events of the union of the sorted

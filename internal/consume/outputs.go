@@ -42,11 +42,13 @@ type wantTopic struct {
 	configs map[string]*string // topic configs when created
 }
 
-// repartitionConfigs: a repartition topic is read within moments by the
-// group; its records are kept a week so that a stopped group can catch up.
+// repartitionConfigs: a repartition topic keeps its records until the group
+// has consumed them (Processor.purgeRepartitions deletes them then): no time
+// retention, because forwarded records keep their source's timestamps, and
+// a replay of old input would otherwise be deleted before it is read.
 var repartitionConfigs = map[string]*string{
 	"cleanup.policy": kstr("delete"),
-	"retention.ms":   kstr("604800000"),
+	"retention.ms":   kstr("-1"),
 }
 
 func kstr(s string) *string { return &s }

@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,8 @@ type Options struct {
 	// AbortBatch, if set, is asked before each commit; true aborts the
 	// batch instead (fault injection for tests).
 	AbortBatch func() bool
+	// PurgeEvery overrides PurgeEvery (tests).
+	PurgeEvery time.Duration
 }
 
 // Processor is one running instance of the processor.
@@ -81,6 +84,9 @@ type Processor struct {
 
 	fm   *formats // value formats of sources and alerts (docs/AVRO.md)
 	gate *gate    // nil without a registry
+
+	lastPurge  time.Time // of repartition topics (Run's goroutine)
+	purgeEvery time.Duration
 }
 
 // ruleMetrics are the per-rule series (label values pre-created at New).
@@ -168,17 +174,18 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		return nil, err
 	}
 	p := &Processor{
-		cfg:     cfg,
-		log:     o.Logger,
-		met:     o.Metrics,
-		now:     o.Now,
-		extra:   o.ExtraKgoOpts,
-		onCmt:   o.OnCommit,
-		abortFn: o.AbortBatch,
-		workers: runtime.GOMAXPROCS(0),
-		sources: map[string]*source{},
-		parts:   map[pkey]*part{},
-		fresh:   map[pkey]bool{},
+		cfg:        cfg,
+		log:        o.Logger,
+		met:        o.Metrics,
+		now:        o.Now,
+		extra:      o.ExtraKgoOpts,
+		onCmt:      o.OnCommit,
+		abortFn:    o.AbortBatch,
+		workers:    runtime.GOMAXPROCS(0),
+		purgeEvery: cmp.Or(o.PurgeEvery, PurgeEvery),
+		sources:    map[string]*source{},
+		parts:      map[pkey]*part{},
+		fresh:      map[pkey]bool{},
 	}
 	if p.fm, err = newFormats(cfg, rs, o.Metrics, o.Logger, o.Now); err != nil {
 		return nil, err
@@ -905,6 +912,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 	p.board.mu.Unlock()
 	p.batch = p.batch[:0]
 	p.met.Transactions.WithLabelValues("committed").Inc()
+	p.purgeRepartitions(ctx)
 	if p.onCmt != nil {
 		p.onCmt()
 	}
@@ -946,6 +954,43 @@ func (p *Processor) markers(ctx context.Context) {
 			}
 		}
 		f.sent, f.sentMax, f.sentIdle = true, f.max, idle
+	}
+}
+
+// PurgeEvery is how often the records of repartition topics that the group
+// committed are deleted (Kafka Streams does the same): the topics keep no
+// time retention, since forwarded records carry their source's timestamps,
+// which may be older than any retention when old input is replayed.
+const PurgeEvery = 30 * time.Second
+
+// purgeRepartitions deletes, at most every PurgeEvery, the records of the
+// owned repartition partitions below their committed offsets. Best effort:
+// a failure is logged and retried at the next period.
+func (p *Processor) purgeRepartitions(ctx context.Context) {
+	now := p.now()
+	if now.Sub(p.lastPurge) < p.purgeEvery {
+		return
+	}
+	p.lastPurge = now
+	offs := kadm.Offsets{}
+	p.mu.Lock()
+	for k, pt := range p.parts {
+		if pt.src.markers && len(pt.rs) > 0 && pt.rs[0].acct.NextOffset > 0 {
+			offs.Add(kadm.Offset{Topic: k.topic, Partition: k.id, At: pt.rs[0].acct.NextOffset, LeaderEpoch: -1})
+		}
+	}
+	p.mu.Unlock()
+	if len(offs) == 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(p.sess.Client()).DeleteRecords(dctx, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		p.log.Warn("consume: purge of consumed repartition records failed (retried later)", "err", err)
 	}
 }
 

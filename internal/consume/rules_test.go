@@ -426,3 +426,51 @@ func TestRulesOverTwoSources(t *testing.T) {
 		}
 	}
 }
+
+// Consumed records of a repartition topic are deleted (the topic has no
+// time retention: forwarded records keep their source's timestamps).
+func TestRepartitionRecordsPurged(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "purge")
+	cfg.RulesFile = writeRules(t, `rules:
+  - id: per-sensor
+    version: 1
+    source: vibration.events
+    key: sensor_id
+    window: {type: tumbling, size: 1m}
+    threshold: count >= 5
+    outputs: {alerts: per-sensor.alerts}
+`)
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, simRecords(3000, 4), log)
+	in := start(t, cfg, Options{PurgeEvery: time.Millisecond})
+	waitConsumed(t, seeds, cfg, log)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topic := cfg.RepartitionFor(rs[0])
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		starts, err := adm.ListStartOffsets(context.Background(), topic)
+		var total int64
+		if err == nil {
+			starts.Each(func(o kadm.ListedOffset) { total += o.Offset })
+		}
+		if total > 0 {
+			t.Logf("%s: %d records purged", topic, total)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no record of %s purged within 20s (%v)", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	in.stop(t)
+}
