@@ -84,6 +84,10 @@ type fixture struct {
 	machines  int
 	brokerPID int
 
+	// inputConfigs are the preloaded topic's configs (nil: the broker's
+	// defaults).
+	inputConfigs map[string]*string
+
 	input   string // preloaded topic; "" until preloaded
 	ends    map[int32]int64
 	ceiling float64 // records/s; 0 until measured
@@ -173,7 +177,7 @@ func (f *fixture) preload(b *testing.B) {
 	if f.input != "" {
 		return
 	}
-	topic := createTopic(b, f.parent, f.seeds, harness.UniqueName("bench-input"), partitions)
+	topic := createTopicWith(b, f.parent, f.seeds, harness.UniqueName("bench-input"), partitions, f.inputConfigs)
 	args := []string{"loadgen", "--brokers", strings.Join(f.seeds, ","), "--topic", topic,
 		"--count", strconv.Itoa(f.n), "--machines", strconv.Itoa(f.machines), "--seed", "42"}
 	start := time.Now()
@@ -286,12 +290,8 @@ func (r procRun) steadyRate() float64 {
 func (f *fixture) runProcessor(b *testing.B, mode string, instances int) procRun {
 	b.Helper()
 	f.preload(b)
-	ceiling := f.ceilingRate(b)
-	name := fmt.Sprintf("%s x%d", mode, instances)
 	group := harness.UniqueName("bench-" + mode)
 	topics := []string{group + ".alerts", group + ".dlq", group + ".late", group + ".changelog"}
-	b.Cleanup(func() { deleteTopicsAndGroup(b, f.seeds, group, topics...) }) // after the processes are killed (LIFO)
-	dir := workDir(b)
 	env := []string{
 		"PROCESSOR_BROKERS=" + strings.Join(f.seeds, ","),
 		"PROCESSOR_GROUP_ID=" + group,
@@ -304,6 +304,24 @@ func (f *fixture) runProcessor(b *testing.B, mode string, instances int) procRun
 		"PROCESSOR_TOPICS_LATE=" + topics[2],
 		"PROCESSOR_TOPICS_CHANGELOG=" + topics[3],
 	}
+	return f.runGroup(b, fmt.Sprintf("%s x%d", mode, instances), group, instances, env, topics, nil)
+}
+
+// runGroup is the timed part of runProcessor, shared with BenchmarkRules:
+// it starts `instances` processes of `processor run` with env (plus each
+// one's PROCESSOR_INSTANCE_ID and PROCESSOR_STATE_DIR) and times them from
+// process start until group's committed offsets reach the preloaded topic's
+// end offsets and then, when drained is not nil, until drained reports true
+// (polled every 50 ms with the processes; its string says what it waits
+// for). The processes are stopped after the figures are taken; topics and
+// the group are deleted when b ends.
+func (f *fixture) runGroup(b *testing.B, name, group string, instances int, env, topics []string,
+	drained func(procs []*proc) (bool, string)) procRun {
+	b.Helper()
+	f.preload(b)
+	ceiling := f.ceilingRate(b)
+	b.Cleanup(func() { deleteTopicsAndGroup(b, f.seeds, group, topics...) }) // after the processes are killed (LIFO)
+	dir := workDir(b)
 	adm := kadm.NewClient(newClient(b, f.seeds))
 
 	b.ResetTimer()
@@ -333,6 +351,11 @@ func (f *fixture) runProcessor(b *testing.B, mode string, instances int) procRun
 			last = progress(at, f.ends)
 			if r.firstAt == 0 && total > 0 {
 				r.firstAt, r.afterFirst = now, int64(f.n)-total
+			}
+			if done && drained != nil {
+				var ok bool
+				ok, last = drained(procs)
+				done = ok
 			}
 			if done {
 				r.total = now

@@ -68,10 +68,17 @@ func workDir(b *testing.B) string {
 // share it). It fails b, the running benchmark, on error.
 func createTopic(b *testing.B, owner testing.TB, seeds []string, name string, partitions int32) string {
 	b.Helper()
+	return createTopicWith(b, owner, seeds, name, partitions, nil)
+}
+
+// createTopicWith is createTopic with topic configs (nil: the broker's
+// defaults).
+func createTopicWith(b *testing.B, owner testing.TB, seeds []string, name string, partitions int32, configs map[string]*string) string {
+	b.Helper()
 	cl := newClient(b, seeds)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, nil, name)
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, configs, name)
 	if err == nil {
 		err = resp.Err
 	}
