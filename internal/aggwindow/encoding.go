@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/vibeline/processor/internal/codec"
 )
 
 // Binary encoding of a partition's window state, format version 1.
@@ -14,7 +16,7 @@ import (
 // a reader rejects versions it does not know with an error wrapping
 // ErrUnknownVersion (the state is then rebuilt by replay, never guessed at).
 //
-// Primitive types (as in package window):
+// Primitive types (as in package window; those of package codec):
 //
 //	u8       one byte
 //	u64be    8 bytes, big-endian
@@ -95,30 +97,30 @@ func (p *Partition) EncodeKey(key string) []byte {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, formatVersion, byte(p.cfg.Kind), byte(p.cfg.Fn))
-	b = binary.AppendUvarint(b, uint64(len(ks.wins)))
+	b = codec.AppendUvarint(b, uint64(len(ks.wins)))
 	for _, wn := range ks.wins {
-		b = binary.AppendVarint(b, wn.start)
+		b = codec.AppendVarint(b, wn.start)
 		if p.cfg.Kind == Session {
-			b = binary.AppendVarint(b, wn.last)
+			b = codec.AppendVarint(b, wn.last)
 		}
-		b = binary.AppendUvarint(b, uint64(wn.agg.count))
+		b = codec.AppendUvarint(b, uint64(wn.agg.count))
 		switch p.cfg.Fn {
 		case Sum, Avg:
-			b = binary.AppendUvarint(b, uint64(len(wn.agg.partials)))
+			b = codec.AppendUvarint(b, uint64(len(wn.agg.partials)))
 			for _, x := range wn.agg.partials {
-				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+				b = codec.AppendFloat64(b, x)
 			}
 		case Min, Max:
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(wn.agg.ext))
+			b = codec.AppendFloat64(b, wn.agg.ext)
 		}
-		b = binary.AppendUvarint(b, uint64(len(wn.evidence)))
+		b = codec.AppendUvarint(b, uint64(len(wn.evidence)))
 		for i := range wn.evidence {
 			b = appendEvent(b, &wn.evidence[i])
 		}
 		if wn.fired {
 			b = append(b, 1)
-			b = appendString(b, wn.alertID)
-			b = binary.AppendUvarint(b, uint64(wn.rev))
+			b = codec.AppendString(b, wn.alertID)
+			b = codec.AppendUvarint(b, uint64(wn.rev))
 		} else {
 			b = append(b, 0)
 		}
@@ -181,217 +183,107 @@ func (p *Partition) LoadKey(key string, data []byte) error {
 	return nil
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func appendEvent(b []byte, e *Evidence) []byte {
-	b = binary.AppendVarint(b, e.TS)
-	b = appendString(b, e.EventID)
-	b = appendString(b, e.SensorID)
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.Value))
-	b = binary.AppendVarint(b, int64(e.Partition))
-	return binary.AppendVarint(b, e.Offset)
+	b = codec.AppendVarint(b, e.TS)
+	b = codec.AppendString(b, e.EventID)
+	b = codec.AppendString(b, e.SensorID)
+	b = codec.AppendFloat64(b, e.Value)
+	b = codec.AppendVarint(b, int64(e.Partition))
+	return codec.AppendVarint(b, e.Offset)
 }
 
-// decoder reads the primitives; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
-	}
-}
-
-func (d *decoder) u8() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.fail("truncated")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != uvarintLen(v) {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != uvarintLen(uint64(v<<1)^uint64(v>>63)) {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// float reads a finite float64.
-func (d *decoder) float(what string) float64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
-	d.b = d.b[8:]
+// readFinite reads a finite f64le.
+func readFinite(r *codec.Reader, what string) float64 {
+	v := r.Float64(what)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		d.fail("%s %v is not finite", what, v)
+		r.Fail("%s %v is not finite", what, v)
 	}
 	return v
 }
 
-// uvarintLen is the length of v's minimal encoding: the decoder accepts
-// only that, so that every state has exactly one encoding.
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
+func readEvent(r *codec.Reader) Evidence {
+	return Evidence{
+		TS:        r.Varint("ts"),
+		EventID:   r.String("event_id"),
+		SensorID:  r.String("sensor_id"),
+		Value:     readFinite(r, "evidence value"),
+		Partition: r.Int32("partition"),
+		Offset:    r.Varint("offset"),
 	}
-	return n
-}
-
-// count reads an element count; each element takes at least min bytes,
-// which bounds allocations on hostile input.
-func (d *decoder) count(what string, min int) int {
-	v := d.uvarint()
-	if d.err == nil && v > uint64(len(d.b)/min) {
-		d.fail("%s count %d exceeds the remaining %d bytes", what, v, len(d.b))
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("string length %d exceeds the remaining %d bytes", n, len(d.b))
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *decoder) event() Evidence {
-	var e Evidence
-	e.TS = d.varint()
-	e.EventID = d.string()
-	e.SensorID = d.string()
-	e.Value = d.float("evidence value")
-	part := d.varint()
-	if d.err == nil && (part < math.MinInt32 || part > math.MaxInt32) {
-		d.fail("partition %d out of int32 range", part)
-	}
-	e.Partition = int32(part)
-	e.Offset = d.varint()
-	return e
 }
 
 const minEventBytes = 1 + 1 + 1 + 8 + 1 + 1
 
 func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
-	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	r := codec.NewReader(data, ErrCorrupt)
+	if err := r.Version(formatVersion, ErrUnknownVersion); err != nil {
+		return nil, err
 	}
-	if data[0] != formatVersion {
-		return nil, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
-	}
-	d := &decoder{b: data[1:]}
-	if k, fn := Kind(d.u8()), Fn(d.u8()); d.err == nil && (k != p.cfg.Kind || fn != p.cfg.Fn) {
-		d.fail("state of %s %s windows, the config has %s %s", k, fn, p.cfg.Kind, p.cfg.Fn)
+	if k, fn := Kind(r.Byte("kind")), Fn(r.Byte("fn")); r.Err() == nil && (k != p.cfg.Kind || fn != p.cfg.Fn) {
+		r.Fail("state of %s %s windows, the config has %s %s", k, fn, p.cfg.Kind, p.cfg.Fn)
 	}
 	ks := &keyState{key: key}
-	n := d.count("window", 4)
-	if d.err == nil && n == 0 {
-		d.fail("no windows (a key without windows has no value)")
+	n := r.Count("window", 4)
+	if r.Err() == nil && n == 0 {
+		r.Fail("no windows (a key without windows has no value)")
 	}
 	session := p.cfg.Kind == Session
-	for i := 0; i < n && d.err == nil; i++ {
-		wn := &win{ks: ks, start: d.varint()}
+	for i := 0; i < n && r.Err() == nil; i++ {
+		wn := &win{ks: ks, start: r.Varint("start")}
 		if session {
-			wn.last = d.varint()
+			wn.last = r.Varint("last")
 		}
-		c := d.uvarint()
-		if d.err == nil && (c == 0 || c > math.MaxInt32) {
-			d.fail("window %d count %d", i, c)
+		c := r.Uvarint("count")
+		if r.Err() == nil && (c == 0 || c > math.MaxInt32) {
+			r.Fail("window %d count %d", i, c)
 		}
 		wn.agg.count = int(c)
 		switch p.cfg.Fn {
 		case Sum, Avg:
-			np := d.count("partial", 8)
-			if d.err == nil && (np == 0 || np > maxPartials) {
-				d.fail("window %d has %d partials, want 1..%d", i, np, maxPartials)
+			np := r.Count("partial", 8)
+			if r.Err() == nil && (np == 0 || np > maxPartials) {
+				r.Fail("window %d has %d partials, want 1..%d", i, np, maxPartials)
 			}
-			for j := 0; j < np && d.err == nil; j++ {
-				wn.agg.partials = append(wn.agg.partials, d.float("partial"))
+			for j := 0; j < np && r.Err() == nil; j++ {
+				wn.agg.partials = append(wn.agg.partials, readFinite(&r, "partial"))
 			}
 		case Min, Max:
-			wn.agg.ext = d.float("extreme")
+			wn.agg.ext = readFinite(&r, "extreme")
 		}
-		v := d.count("evidence", minEventBytes)
-		if d.err == nil && v != min(int(c), p.cfg.EvidenceLimit) {
-			d.fail("window %d has %d evidence events, want min(count %d, limit %d)", i, v, c, p.cfg.EvidenceLimit)
+		v := r.Count("evidence", minEventBytes)
+		if r.Err() == nil && v != min(int(c), p.cfg.EvidenceLimit) {
+			r.Fail("window %d has %d evidence events, want min(count %d, limit %d)", i, v, c, p.cfg.EvidenceLimit)
 		}
-		if d.err == nil && v > 0 {
+		if r.Err() == nil && v > 0 {
 			wn.evidence = make([]Evidence, 0, v)
 			for range v {
-				wn.evidence = append(wn.evidence, d.event())
+				wn.evidence = append(wn.evidence, readEvent(&r))
 			}
 		}
-		switch d.u8() {
+		switch r.Byte("fired") {
 		case 0:
 		case 1:
 			wn.fired = true
-			wn.alertID = d.string()
-			rev := d.uvarint()
-			if d.err == nil && (wn.alertID == "" || rev > math.MaxInt32) {
-				d.fail("window %d alert %q revision %d", i, wn.alertID, rev)
+			wn.alertID = r.String("alert_id")
+			rev := r.Uvarint("revision")
+			if r.Err() == nil && (wn.alertID == "" || rev > math.MaxInt32) {
+				r.Fail("window %d alert %q revision %d", i, wn.alertID, rev)
 			}
 			wn.rev = int(rev)
 		default:
-			d.fail("window %d fired flag not 0 or 1", i)
+			r.Fail("window %d fired flag not 0 or 1", i)
 		}
-		if d.err != nil {
+		if r.Err() != nil {
 			break
 		}
 		if msg := p.checkWindow(wn, ks.wins); msg != "" {
-			d.fail("window %d: %s", i, msg)
+			r.Fail("window %d: %s", i, msg)
 			break
 		}
 		ks.wins = append(ks.wins, wn)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := r.Finish(); err != nil {
+		return nil, err
 	}
 	return ks, nil
 }

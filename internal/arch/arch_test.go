@@ -1,7 +1,11 @@
 package arch
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,15 +46,82 @@ func TestDependencyDirection(t *testing.T) {
 	}
 }
 
-// The pure event-time logic never reads the clock: it does not even import time.
-func TestWindowDoesNotImportTime(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+"internal/window").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, imp := range strings.Fields(string(out)) {
-		if imp == "time" {
-			t.Fatal("internal/window imports time: event time is data, the clock must stay out")
+// impure are the standard-library packages a pure package must not import,
+// and why. A path forbids its subpackages too (sync forbids sync/atomic, log
+// forbids log/slog, math/rand forbids math/rand/v2).
+var impure = []struct{ path, why string }{
+	{"time", "no clock: event time is data"},
+	{"log", "no logging"},
+	{"os", "no I/O"},
+	{"net", "no I/O"},
+	{"sync", "no goroutine synchronisation: one goroutine owns the state"},
+	{"math/rand", "no randomness: outputs are functions of the input"},
+	{"unsafe", "no unsafe memory"},
+}
+
+// pure maps each pure package (see its doc.go) to the module packages it may
+// depend on, directly or transitively; apart from those it depends on the
+// standard library only. Each package listed as allowed is a row itself, so
+// nothing impure comes in through it.
+var pure = map[string][]string{
+	"internal/window":    {"internal/codec"},
+	"internal/aggwindow": {"internal/codec"},
+	"internal/dedup":     {"internal/codec"},
+	"internal/watermark": {"internal/codec"},
+	"internal/codec":     nil,
+}
+
+// TestPurePackages enforces the pure packages' doc.go rules: nothing
+// outside the standard library but the module's own pure packages (by
+// go list -deps), and no import of an impure standard package (time, a
+// logger, I/O, ...) by any non-test file of the package, whatever its
+// build constraints.
+func TestPurePackages(t *testing.T) {
+	for pkg, allowed := range pure {
+		ok := map[string]bool{mod + pkg: true}
+		for _, a := range allowed {
+			if _, isPure := pure[a]; !isPure {
+				t.Errorf("%s may depend on %s, which is not in the pure table", pkg, a)
+			}
+			ok[mod+a] = true
+		}
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", mod+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if !ok[dep] {
+				t.Errorf("%s depends on %s: only the standard library and %v", pkg, dep, allowed)
+			}
+		}
+
+		out, err = exec.Command("go", "list", "-f", "{{.Dir}}", mod+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") && !ok[path] {
+					t.Errorf("%s imports %s: only the standard library and %v", file, path, allowed)
+				}
+				for _, bad := range impure {
+					if path == bad.path || strings.HasPrefix(path, bad.path+"/") {
+						t.Errorf("%s imports %s: %s is pure (%s)", file, path, pkg, bad.why)
+					}
+				}
+			}
 		}
 	}
 }

@@ -122,10 +122,10 @@
 //
 // # What it must never do
 //
-// It must never import anything but the standard library (no Kafka client,
-// Pebble, Prometheus, logger or codec beyond encoding/binary), never read
+// It must never import anything but the standard library and
+// internal/codec (no Kafka client, Pebble, Prometheus or logger), never read
 // the wall clock (package time is not imported), never start goroutines and
 // never keep package-level mutable state. A Set is not safe for concurrent
 // use: the goroutine that owns an input partition owns its Set.
-// TestDependencies enforces the imports.
+// internal/arch's TestPurePackages enforces the imports.
 package dedup

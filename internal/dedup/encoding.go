@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/vibeline/processor/internal/codec"
 )
 
 // formatVersion is the first byte of every key value (format in doc.go).
@@ -38,16 +40,15 @@ func (s *Set) EncodeKey(key string) []byte {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, formatVersion)
-	b = binary.AppendUvarint(b, uint64(len(es)))
+	b = codec.AppendUvarint(b, uint64(len(es)))
 	for i, e := range es {
 		if i == 0 {
-			b = binary.AppendVarint(b, e.ts)
+			b = codec.AppendVarint(b, e.ts)
 		} else {
 			// Exact: 0 <= ts[i] - ts[i-1] < 2^64, computed mod 2^64.
-			b = binary.AppendUvarint(b, uint64(e.ts)-uint64(es[i-1].ts))
+			b = codec.AppendUvarint(b, uint64(e.ts)-uint64(es[i-1].ts))
 		}
-		b = binary.AppendUvarint(b, uint64(len(e.id)))
-		b = append(b, e.id...)
+		b = codec.AppendString(b, e.id)
 	}
 	return b
 }
@@ -76,123 +77,55 @@ func (s *Set) LoadKey(key string, data []byte) error {
 	return nil
 }
 
-// decoder reads the primitives; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
-	}
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != uvarintLen(v) {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != uvarintLen(uint64(v<<1)^uint64(v>>63)) {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// uvarintLen is the length of v's minimal encoding: the decoder accepts
-// only that, so that every state has exactly one encoding.
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("string length %d exceeds the remaining %d bytes", n, len(d.b))
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
 // decodeKey parses a key value and checks every rule of the format. It
 // returns the entries in order and the id -> ts map.
 func decodeKey(data []byte) ([]entry, map[string]int64, error) {
 	if len(data) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty (a key without ids has no value)", ErrCorrupt)
 	}
-	if data[0] != formatVersion {
-		return nil, nil, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
+	r := codec.NewReader(data, ErrCorrupt)
+	if err := r.Version(formatVersion, ErrUnknownVersion); err != nil {
+		return nil, nil, err
 	}
-	d := &decoder{b: data[1:]}
-	m := d.uvarint()
+	m := r.Count("id", minEntryBytes)
 	switch {
-	case d.err != nil:
-		return nil, nil, d.err
+	case r.Err() != nil:
+		return nil, nil, r.Err()
 	case m == 0:
 		return nil, nil, fmt.Errorf("%w: no ids (a key without ids has no value)", ErrCorrupt)
-	case m > uint64(len(d.b)/minEntryBytes):
-		return nil, nil, fmt.Errorf("%w: id count %d exceeds what the remaining %d bytes can hold", ErrCorrupt, m, len(d.b))
 	}
 	es := make([]entry, 0, m)
 	ids := make(map[string]int64, m)
-	for i := range int(m) {
+	for i := range m {
 		var e entry
 		if i == 0 {
-			e.ts = d.varint()
+			e.ts = r.Varint("ts")
 		} else {
 			prev := es[i-1].ts
-			delta := d.uvarint()
+			delta := r.Uvarint("ts delta")
 			// MaxInt64 - prev is in [0, 2^64), exact mod 2^64.
-			if d.err == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
-				d.fail("entry %d: ts overflows int64", i)
+			if r.Err() == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
+				r.Fail("entry %d: ts overflows int64", i)
 			}
 			e.ts = prev + int64(delta)
 		}
-		e.id = d.string()
-		if d.err != nil {
+		e.id = r.String("event_id")
+		if r.Err() != nil {
 			break
 		}
 		if i > 0 && cmpEntry(es[i-1], e) >= 0 {
-			d.fail("entry %d not after entry %d by (ts, event_id)", i, i-1)
+			r.Fail("entry %d not after entry %d by (ts, event_id)", i, i-1)
 			break
 		}
 		if _, dup := ids[e.id]; dup {
-			d.fail("event_id %q repeated", e.id)
+			r.Fail("event_id %q repeated", e.id)
 			break
 		}
 		ids[e.id] = e.ts
 		es = append(es, e)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, nil, d.err
+	if err := r.Finish(); err != nil {
+		return nil, nil, err
 	}
 	return es, ids, nil
 }

@@ -102,9 +102,10 @@
 //
 // # What it must never do
 //
-// It must never import anything but the standard library, never read the
-// wall clock (package time is not imported), never start goroutines and
-// never keep package-level state. A Tracker is not safe for concurrent use:
-// the goroutine that owns an input partition owns its Trackers (one per rule).
-// TestDependencies enforces the imports.
+// It must never import anything but the standard library and
+// internal/codec, never read the wall clock (package time is not imported),
+// never start goroutines and never keep package-level state. A Tracker is not
+// safe for concurrent use: the goroutine that owns an input partition owns
+// its Trackers (one per rule). internal/arch's TestPurePackages enforces the
+// imports.
 package watermark

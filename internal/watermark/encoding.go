@@ -1,15 +1,16 @@
 package watermark
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/vibeline/processor/internal/codec"
 )
 
 // Binary encoding of a Tracker's state, format version 1.
 //
 // A store keeps these bytes opaquely, next to the partition state they go
-// with (same write). Primitive types:
+// with (same write). Primitive types (those of package codec):
 //
 //	u8       one byte
 //	uvarint  unsigned LEB128 (encoding/binary.AppendUvarint), minimal length
@@ -57,21 +58,21 @@ var (
 func (t *Tracker) AppendEncode(b []byte) []byte {
 	c := &t.cfg
 	b = append(b, formatVersion, byte(c.Strategy))
-	b = binary.AppendUvarint(b, uint64(c.DelayMs))
-	b = binary.AppendUvarint(b, uint64(c.percentileMillionths()))
-	b = binary.AppendUvarint(b, uint64(c.MinMs))
-	b = binary.AppendUvarint(b, uint64(c.MaxMs))
-	b = binary.AppendUvarint(b, uint64(c.Sample))
-	b = binary.AppendVarint(b, t.fixedWM)
-	b = binary.AppendUvarint(b, t.atRisk)
+	b = codec.AppendUvarint(b, uint64(c.DelayMs))
+	b = codec.AppendUvarint(b, uint64(c.percentileMillionths()))
+	b = codec.AppendUvarint(b, uint64(c.MinMs))
+	b = codec.AppendUvarint(b, uint64(c.MaxMs))
+	b = codec.AppendUvarint(b, uint64(c.Sample))
+	b = codec.AppendVarint(b, t.fixedWM)
+	b = codec.AppendUvarint(b, t.atRisk)
 	n := t.q.len()
-	b = binary.AppendUvarint(b, uint64(n))
+	b = codec.AppendUvarint(b, uint64(n))
 	for i := range n {
 		slot := i
 		if n == c.Sample {
 			slot = (t.head + i) % n
 		}
-		b = binary.AppendUvarint(b, uint64(t.q.valueOf(slot)))
+		b = codec.AppendUvarint(b, uint64(t.q.valueOf(slot)))
 	}
 	return b
 }
@@ -89,32 +90,29 @@ func (t *Tracker) Decode(data []byte) error {
 }
 
 func (t *Tracker) decode(data []byte) (*Tracker, error) {
-	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	r := codec.NewReader(data, ErrCorrupt)
+	if err := r.Version(formatVersion, ErrUnknownVersion); err != nil {
+		return nil, err
 	}
-	if data[0] != formatVersion {
-		return nil, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
-	}
-	d := decoder{b: data[1:]}
 	c := &t.cfg
-	strategy := Strategy(d.u8())
-	delay, pct, minMs, maxMs, sample := d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
-	fixedWM := d.varint()
-	atRisk := d.uvarint()
-	if d.err != nil {
-		return nil, d.err
+	strategy := Strategy(r.Byte("strategy"))
+	delay, pct, minMs, maxMs, sample := r.Uvarint("delay_ms"), r.Uvarint("percentile"), r.Uvarint("min_ms"), r.Uvarint("max_ms"), r.Uvarint("sample")
+	fixedWM := r.Varint("fixed_watermark")
+	atRisk := r.Uvarint("at_risk")
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	if strategy != c.Strategy || delay != uint64(c.DelayMs) || pct != uint64(c.percentileMillionths()) ||
 		minMs != uint64(c.MinMs) || maxMs != uint64(c.MaxMs) || sample != uint64(c.Sample) {
 		return nil, fmt.Errorf("%w: encoded {strategy %d, delay %d, percentile %d millionths, min %d, max %d, sample %d}, tracker %+v",
 			ErrConfigMismatch, strategy, delay, pct, minMs, maxMs, sample, *c)
 	}
-	n := d.uvarint()
-	if d.err == nil && (n > uint64(c.Sample) || n > uint64(len(d.b))) {
-		d.fail("sample length %d exceeds the sample size %d or the remaining %d bytes", n, c.Sample, len(d.b))
+	n := r.Uvarint("sample length")
+	if r.Err() == nil && (n > uint64(c.Sample) || n > uint64(r.Len())) {
+		r.Fail("sample length %d exceeds the sample size %d or the remaining %d bytes", n, c.Sample, r.Len())
 	}
-	if d.err != nil {
-		return nil, d.err
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	nt := &Tracker{cfg: t.cfg, rank: t.rank, delay: c.DelayMs, fixedWM: fixedWM, atRisk: atRisk}
 	nt.q.k = nt.rank
@@ -124,83 +122,21 @@ func (t *Tracker) decode(data []byte) (*Tracker, error) {
 		nt.q.h[hi] = make([]uint64, 0, n-min(n, uint64(nt.rank)))
 	}
 	for range n {
-		v := d.uvarint()
-		if d.err != nil {
-			return nil, d.err
+		v := r.Uvarint("observed delay")
+		if err := r.Err(); err != nil {
+			return nil, err
 		}
 		if v < uint64(c.MinMs) || v > uint64(c.MaxMs) {
-			d.fail("observed delay %d outside [min, max] = [%d, %d]", v, c.MinMs, c.MaxMs)
-			return nil, d.err
+			r.Fail("observed delay %d outside [min, max] = [%d, %d]", v, c.MinMs, c.MaxMs)
+			return nil, r.Err()
 		}
 		nt.q.add(int64(v))
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	if err := r.Finish(); err != nil {
+		return nil, err
 	}
 	if int(n) == c.Sample && n > 0 {
 		nt.delay = nt.q.value() // head = 0: slot 0 holds the oldest
 	}
 	return nt, nil
-}
-
-// decoder reads the primitives; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
-	}
-}
-
-func (d *decoder) u8() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.fail("truncated")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != uvarintLen(v) {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != uvarintLen(uint64(v<<1)^uint64(v>>63)) {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// uvarintLen is the length of v's minimal encoding: the decoder accepts
-// only that, so that every state has exactly one encoding.
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
 }

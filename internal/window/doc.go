@@ -35,10 +35,10 @@
 //
 // # What it must never do
 //
-// It must never import a Kafka client, Pebble, Prometheus, a logger or a
-// codec beyond encoding/binary, never read the wall clock (package time is not
-// imported at all), never start goroutines and never keep package-level
-// state. A Partition is not safe for concurrent use: the one goroutine that
-// owns an input partition owns its Partition. TestDependencies enforces the
-// import rules.
+// It must never import anything but the standard library and
+// internal/codec (no Kafka client, Pebble, Prometheus or logger), never read
+// the wall clock (package time is not imported at all), never start
+// goroutines and never keep package-level state. A Partition is not safe for
+// concurrent use: the one goroutine that owns an input partition owns its
+// Partition. internal/arch's TestPurePackages enforces the import rules.
 package window

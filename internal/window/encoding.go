@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/vibeline/processor/internal/codec"
 )
 
 // Binary encoding of a partition's window state, format version 1.
@@ -15,7 +17,7 @@ import (
 // version; a reader rejects versions it does not know with an error wrapping
 // ErrUnknownVersion (the state is then rebuilt by replay, never guessed at).
 //
-// Primitive types:
+// Primitive types (those of package codec, which reads and writes them):
 //
 //	u8       one byte
 //	u64be    8 bytes, big-endian
@@ -102,24 +104,24 @@ func (p *Partition) EncodeKey(key string) []byte {
 	}
 	b := make([]byte, 0, size)
 	b = append(b, formatVersion)
-	b = binary.AppendUvarint(b, uint64(len(ks.events)))
+	b = codec.AppendUvarint(b, uint64(len(ks.events)))
 	for i := range ks.events {
 		b = appendEvent(b, &ks.events[i])
 	}
-	b = binary.AppendUvarint(b, uint64(len(ks.seenBy)))
+	b = codec.AppendUvarint(b, uint64(len(ks.seenBy)))
 	for _, e := range ks.seenBy {
-		b = binary.AppendVarint(b, e.ts)
-		b = appendString(b, e.id)
+		b = codec.AppendVarint(b, e.ts)
+		b = codec.AppendString(b, e.id)
 	}
-	b = binary.AppendUvarint(b, uint64(len(ks.open)))
+	b = codec.AppendUvarint(b, uint64(len(ks.open)))
 	for _, inc := range ks.open {
-		b = appendString(b, inc.alertID)
-		b = binary.AppendUvarint(b, uint64(inc.rev))
-		b = binary.AppendVarint(b, inc.start)
-		b = binary.AppendVarint(b, inc.end)
-		b = binary.AppendUvarint(b, uint64(inc.count))
-		b = binary.AppendUvarint(b, uint64(inc.pruned))
-		b = binary.AppendUvarint(b, uint64(len(inc.evidence)))
+		b = codec.AppendString(b, inc.alertID)
+		b = codec.AppendUvarint(b, uint64(inc.rev))
+		b = codec.AppendVarint(b, inc.start)
+		b = codec.AppendVarint(b, inc.end)
+		b = codec.AppendUvarint(b, uint64(inc.count))
+		b = codec.AppendUvarint(b, uint64(inc.pruned))
+		b = codec.AppendUvarint(b, uint64(len(inc.evidence)))
 		for i := range inc.evidence {
 			b = appendEvent(b, &inc.evidence[i])
 		}
@@ -180,160 +182,65 @@ func (p *Partition) LoadKey(key string, data []byte) error {
 	return nil
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func appendEvent(b []byte, e *Evidence) []byte {
-	b = binary.AppendVarint(b, e.TS)
-	b = appendString(b, e.EventID)
-	b = appendString(b, e.SensorID)
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.Value))
-	b = binary.AppendVarint(b, int64(e.Partition))
-	return binary.AppendVarint(b, e.Offset)
+	b = codec.AppendVarint(b, e.TS)
+	b = codec.AppendString(b, e.EventID)
+	b = codec.AppendString(b, e.SensorID)
+	b = codec.AppendFloat64(b, e.Value)
+	b = codec.AppendVarint(b, int64(e.Partition))
+	return codec.AppendVarint(b, e.Offset)
 }
 
-// decoder reads the primitives; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+func readEvent(r *codec.Reader) Evidence {
+	return Evidence{
+		TS:        r.Varint("ts"),
+		EventID:   r.String("event_id"),
+		SensorID:  r.String("sensor_id"),
+		Value:     r.Float64("value"),
+		Partition: r.Int32("partition"),
+		Offset:    r.Varint("offset"),
 	}
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n != uvarintLen(v) {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n != uvarintLen(zigzag(v)) {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// uvarintLen is the length of v's minimal encoding: the decoder accepts
-// only that, so that every state has exactly one encoding.
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}
-
-func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
-
-// count reads a uvarint element count; each element takes at least min
-// bytes, which bounds allocations on hostile input.
-func (d *decoder) count(what string, min int) int {
-	v := d.uvarint()
-	if d.err == nil && v > uint64(len(d.b)/min) {
-		d.fail("%s count %d exceeds the remaining %d bytes", what, v, len(d.b))
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("string length %d exceeds the remaining %d bytes", n, len(d.b))
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *decoder) event() Evidence {
-	var e Evidence
-	e.TS = d.varint()
-	e.EventID = d.string()
-	e.SensorID = d.string()
-	if d.err == nil {
-		if len(d.b) < 8 {
-			d.fail("truncated value")
-		} else {
-			e.Value = math.Float64frombits(binary.LittleEndian.Uint64(d.b))
-			d.b = d.b[8:]
-		}
-	}
-	part := d.varint()
-	if d.err == nil && (part < math.MinInt32 || part > math.MaxInt32) {
-		d.fail("partition %d out of int32 range", part)
-	}
-	e.Partition = int32(part)
-	e.Offset = d.varint()
-	return e
 }
 
 const minEventBytes = 1 + 1 + 1 + 8 + 1 + 1
 
 func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
-	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	r := codec.NewReader(data, ErrCorrupt)
+	if err := r.Version(formatVersion, ErrUnknownVersion); err != nil {
+		return nil, err
 	}
-	if data[0] != formatVersion {
-		return nil, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
-	}
-	d := &decoder{b: data[1:]}
 	ks := &keyState{key: key}
 
-	if n := d.count("event", minEventBytes); n > 0 {
+	if n := r.Count("event", minEventBytes); n > 0 {
 		ks.events = make([]Evidence, 0, n)
 		for range n {
-			e := d.event()
-			if d.err != nil {
+			e := readEvent(&r)
+			if r.Err() != nil {
 				break
 			}
 			if k := len(ks.events); k > 0 && !evLess(&ks.events[k-1], &e) {
-				d.fail("events not strictly increasing by (ts, event_id) at %d", k)
+				r.Fail("events not strictly increasing by (ts, event_id) at %d", k)
 				break
 			}
 			ks.events = append(ks.events, e)
 		}
 	}
 
-	m := d.count("dedup", 2)
+	m := r.Count("dedup", 2)
 	ks.seen = make(map[string]int64, m)
 	if m > 0 {
 		ks.seenBy = make([]seenEntry, 0, m)
 		for range m {
-			e := seenEntry{ts: d.varint(), id: d.string()}
-			if d.err != nil {
+			e := seenEntry{ts: r.Varint("dedup ts"), id: r.String("dedup event_id")}
+			if r.Err() != nil {
 				break
 			}
 			if k := len(ks.seenBy); k > 0 && cmpSeen(ks.seenBy[k-1], e) >= 0 {
-				d.fail("dedup entries not strictly increasing by (ts, event_id) at %d", k)
+				r.Fail("dedup entries not strictly increasing by (ts, event_id) at %d", k)
 				break
 			}
 			if _, dup := ks.seen[e.id]; dup {
-				d.fail("dedup event_id %q repeated", e.id)
+				r.Fail("dedup event_id %q repeated", e.id)
 				break
 			}
 			ks.seen[e.id] = e.ts
@@ -342,61 +249,58 @@ func (p *Partition) decodeKey(key string, data []byte) (*keyState, error) {
 	}
 
 	n, s := p.cfg.Threshold, p.cfg.SizeMs
-	for range d.count("incident", 7) {
+	for range r.Count("incident", 7) {
 		inc := &incident{ks: ks, hidx: -1}
-		inc.alertID = d.string()
-		rev := d.uvarint()
-		inc.start = d.varint()
-		inc.end = d.varint()
-		count := d.uvarint()
-		pruned := d.uvarint()
-		v := d.count("evidence", minEventBytes)
-		if d.err != nil {
+		inc.alertID = r.String("alert_id")
+		rev := r.Uvarint("revision")
+		inc.start = r.Varint("start")
+		inc.end = r.Varint("end")
+		count := r.Uvarint("count")
+		pruned := r.Uvarint("pruned")
+		v := r.Count("evidence", minEventBytes)
+		if r.Err() != nil {
 			break
 		}
 		if v != n {
-			d.fail("incident %q has %d evidence events, the threshold is %d", inc.alertID, v, n)
+			r.Fail("incident %q has %d evidence events, the threshold is %d", inc.alertID, v, n)
 			break
 		}
 		inc.evidence = make([]Evidence, v)
 		for i := range inc.evidence {
-			inc.evidence[i] = d.event()
+			inc.evidence[i] = readEvent(&r)
 		}
-		if d.err != nil {
+		if r.Err() != nil {
 			break
 		}
 		switch {
 		case inc.alertID == "":
-			d.fail("incident with empty alert_id")
+			r.Fail("incident with empty alert_id")
 		case rev > math.MaxInt32:
-			d.fail("incident %q revision %d out of range", inc.alertID, rev)
+			r.Fail("incident %q revision %d out of range", inc.alertID, rev)
 		case inc.end < inc.start:
-			d.fail("incident %q end %d before start %d", inc.alertID, inc.end, inc.start)
+			r.Fail("incident %q end %d before start %d", inc.alertID, inc.end, inc.start)
 		case len(ks.open) > 0 && inc.start <= ks.open[len(ks.open)-1].end:
-			d.fail("incident %q not after the previous one", inc.alertID)
+			r.Fail("incident %q not after the previous one", inc.alertID)
 		case count > math.MaxInt || pruned > count:
-			d.fail("incident %q count %d, pruned %d", inc.alertID, count, pruned)
+			r.Fail("incident %q count %d, pruned %d", inc.alertID, count, pruned)
 		}
-		if d.err != nil {
+		if r.Err() != nil {
 			break
 		}
 		inc.rev = int(rev)
 		if err := ks.checkIncident(inc.evidence, inc.start, inc.end, int(pruned), n, s); err != "" {
-			d.fail("incident %q %s", inc.alertID, err)
+			r.Fail("incident %q %s", inc.alertID, err)
 			break
 		}
 		if c := uint64(ks.upperBound(inc.end)-ks.lowerBound(inc.start)) + pruned; c != count {
-			d.fail("incident %q count %d, pruned %d + kept events in range say %d", inc.alertID, count, pruned, c)
+			r.Fail("incident %q count %d, pruned %d + kept events in range say %d", inc.alertID, count, pruned, c)
 			break
 		}
 		inc.count, inc.pruned = int(count), int(pruned)
 		ks.open = append(ks.open, inc)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := r.Finish(); err != nil {
+		return nil, err
 	}
 	if ks.empty() {
 		return nil, fmt.Errorf("%w: no state (a deleted key has no value)", ErrCorrupt)
