@@ -33,7 +33,11 @@ func (s *Set) EncodeKey(key string) []byte {
 	if ks == nil || ks.live() == 0 {
 		return nil
 	}
-	es := ks.byTS[ks.head:]
+	return encodeEntries(ks.byTS[ks.head:])
+}
+
+// encodeEntries encodes entries sorted by (ts, id), at least one.
+func encodeEntries(es []entry) []byte {
 	size := 1 + binary.MaxVarintLen64 + binary.MaxVarintLen64
 	for _, e := range es {
 		size += 2 + len(e.id)

@@ -22,6 +22,9 @@ type Set struct {
 	due   dueQueue             // lazy expiry deadlines of keys, by W
 	dirty []string             // may hold repeats; Dirty sorts and compacts
 	nIDs  int                  // for Stats
+
+	bucketMs int64                  // > 0: persisted by (key, bucket) (bucket.go)
+	dirtyB   map[BucketRef]struct{} // changed buckets, when bucketMs > 0
 }
 
 // keyState holds the remembered ids of one key: ids maps each to its ts,
@@ -89,6 +92,7 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 			ks.remove(entry{ts: r, id: eventID})
 			s.nIDs--
 			s.markDirty(ks)
+			s.markBucket(ks.key, r)
 			if ks.live() == 0 {
 				s.deleteKey(ks)
 				ks = nil
@@ -109,6 +113,7 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 	ks.insert(e)
 	s.nIDs++
 	s.markDirty(ks)
+	s.markBucket(ks.key, ts)
 	s.reschedule(ks)
 	return false
 }
@@ -137,8 +142,15 @@ func (s *Set) Advance(w int64) {
 func (s *Set) prune(ks *keyState) {
 	thr := subSat(s.wm, s.h)
 	k := ks.head
+	last := int64(0)
 	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
 		delete(ks.ids, ks.byTS[k].id)
+		if s.bucketMs > 0 {
+			if b := s.BucketOf(ks.byTS[k].ts); k == ks.head || b != last {
+				s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
+				last = b
+			}
+		}
 		k++
 	}
 	if n := k - ks.head; n > 0 {
@@ -216,6 +228,7 @@ func (s *Set) ClearDirty() {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
+	clear(s.dirtyB)
 }
 
 // Stats counts the set's state.

@@ -24,8 +24,8 @@ import (
 // Its persisted form is a set of named entries (Dirty, EncodeKey, LoadKey)
 // plus one meta entry (EncodeMeta, LoadMeta). Names of a sliding rule are
 // its keys (package window's key encoding); names of an aggregating rule are
-// "w" + key (package aggwindow's key encoding) and "d" + key (package
-// dedup's).
+// "w" + key (package aggwindow's key encoding) and "d" + 8-byte bucket +
+// key (package dedup's bucketed encoding, see dedupName).
 type Partition struct {
 	filter *rules.Filter
 	env    rules.Event
@@ -134,7 +134,7 @@ func (s *Stage) NewPartition() *Partition {
 		cfg := s.agg
 		cfg.Fires = w.thr.Predicate()
 		if w.agg, err = aggwindow.NewPartition(cfg); err == nil {
-			w.dd, err = dedup.New(s.c.DedupHorizonMs)
+			w.dd, err = dedup.NewBucketed(s.c.DedupHorizonMs, DedupBucketMs(s.c.DedupHorizonMs))
 		}
 	}
 	if err != nil {
@@ -503,8 +503,8 @@ func (w *Partition) Dirty() (names []string, meta bool) {
 	for _, k := range keys {
 		names = append(names, "w"+k)
 	}
-	for _, k := range w.dd.Dirty() {
-		names = append(names, "d"+k)
+	for _, r := range w.dd.DirtyBuckets() {
+		names = append(names, dedupName(r))
 	}
 	w.keys = names
 	return names, meta
@@ -532,7 +532,33 @@ func (w *Partition) EncodeKey(name string) []byte {
 	if name[0] == 'w' {
 		return w.agg.EncodeKey(name[1:])
 	}
-	return w.dd.EncodeKey(name[1:])
+	r, ok := parseDedupName(name)
+	if !ok {
+		return nil
+	}
+	return w.dd.EncodeBucket(r.Key, r.Bucket)
+}
+
+// DedupBucketMs is the time bucket of an aggregating rule's persisted
+// event ids: a 64th of the dedup horizon, at least 1 s, so that a commit
+// rewrites about a 64th of a key's ids, not all of them.
+func DedupBucketMs(horizonMs int64) int64 { return max(1000, horizonMs/64) }
+
+// dedupName is the entry name of a dedup bucket: "d", the bucket as 8
+// bytes big-endian with the sign bit flipped (so names sort by bucket),
+// then the key.
+func dedupName(r dedup.BucketRef) string {
+	b := make([]byte, 9, 9+len(r.Key))
+	b[0] = 'd'
+	binary.BigEndian.PutUint64(b[1:], uint64(r.Bucket)^(1<<63))
+	return string(append(b, r.Key...))
+}
+
+func parseDedupName(name string) (dedup.BucketRef, bool) {
+	if len(name) < 9 || name[0] != 'd' {
+		return dedup.BucketRef{}, false
+	}
+	return dedup.BucketRef{Key: name[9:], Bucket: int64(binary.BigEndian.Uint64([]byte(name[1:9])) ^ (1 << 63))}, true
 }
 
 // LoadKey restores the named entry.
@@ -544,7 +570,11 @@ func (w *Partition) LoadKey(name string, data []byte) error {
 	case len(name) > 0 && name[0] == 'w':
 		return w.agg.LoadKey(name[1:], data)
 	case len(name) > 0 && name[0] == 'd':
-		return w.dd.LoadKey(name[1:], data)
+		r, ok := parseDedupName(name)
+		if !ok {
+			return fmt.Errorf("pipeline: state entry %q: a dedup entry name is d, 8 bytes of bucket and the key", name)
+		}
+		return w.dd.LoadBucket(r.Key, r.Bucket, data)
 	}
 	return fmt.Errorf("pipeline: state entry %q: want a name starting with w or d", name)
 }

@@ -1,0 +1,122 @@
+package dedup
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Bucketed persistence. EncodeKey writes all of a key's ids at once: a key
+// that remembers an hour of ids rewrites them all whenever one is added.
+// A Set made by NewBucketed persists instead by (key, time bucket): the ids
+// of a key with ts in [b*B, (b+1)*B) are one entry, so a commit rewrites
+// only the buckets that changed (normally the newest) and an expiry
+// deletes whole old buckets. The entry format is EncodeKey's (doc.go); the
+// lookups are the same (one id map per key).
+
+// BucketRef names one persisted entry of a bucketed Set.
+type BucketRef struct {
+	Key    string
+	Bucket int64 // floor(ts / B)
+}
+
+// NewBucketed returns an empty Set with horizon horizonMs that persists by
+// (key, bucket) with buckets of bucketMs (> 0) milliseconds.
+func NewBucketed(horizonMs, bucketMs int64) (*Set, error) {
+	if bucketMs <= 0 {
+		return nil, fmt.Errorf("dedup: bucket %d ms: must be > 0 milliseconds", bucketMs)
+	}
+	s, err := New(horizonMs)
+	if err != nil {
+		return nil, err
+	}
+	s.bucketMs, s.dirtyB = bucketMs, map[BucketRef]struct{}{}
+	return s, nil
+}
+
+// BucketOf returns the bucket of ts.
+func (s *Set) BucketOf(ts int64) int64 {
+	b := ts / s.bucketMs
+	if ts%s.bucketMs < 0 {
+		b--
+	}
+	return b
+}
+
+// markBucket records that key's bucket of ts changed.
+func (s *Set) markBucket(key string, ts int64) {
+	if s.bucketMs > 0 {
+		s.dirtyB[BucketRef{key, s.BucketOf(ts)}] = struct{}{}
+	}
+}
+
+// DirtyBuckets returns the (key, bucket) entries changed since the last
+// ClearDirty, sorted by bucket then key. One whose EncodeBucket is nil holds
+// nothing any more: the caller writes a tombstone.
+func (s *Set) DirtyBuckets() []BucketRef {
+	out := make([]BucketRef, 0, len(s.dirtyB))
+	for r := range s.dirtyB {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b BucketRef) int {
+		if c := cmp.Compare(a.Bucket, b.Bucket); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return out
+}
+
+// EncodeBucket returns the encoding (EncodeKey's format) of key's ids with
+// ts in the bucket, or nil when there is none.
+func (s *Set) EncodeBucket(key string, bucket int64) []byte {
+	ks := s.keys[key]
+	if ks == nil || ks.live() == 0 {
+		return nil
+	}
+	es := ks.byTS[ks.head:]
+	lo := bucket * s.bucketMs
+	i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmp.Compare(e.ts, t) })
+	j := i
+	for j < len(es) && s.BucketOf(es[j].ts) == bucket {
+		j++
+	}
+	if i == j {
+		return nil
+	}
+	return encodeEntries(es[i:j])
+}
+
+// LoadBucket adds the ids of one persisted (key, bucket) entry to the set.
+// Every id must lie in the bucket and be new to the key. Ids that have
+// expired at the current watermark are forgotten at once (their buckets are
+// then marked dirty). On error the set is unchanged.
+func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
+	es, _, err := decodeKey(data)
+	if err != nil {
+		return fmt.Errorf("dedup: load key %q bucket %d: %w", key, bucket, err)
+	}
+	ks := s.keys[key]
+	for _, e := range es {
+		if s.BucketOf(e.ts) != bucket {
+			return fmt.Errorf("dedup: load key %q bucket %d: %w: ts %d lies in bucket %d", key, bucket, ErrCorrupt, e.ts, s.BucketOf(e.ts))
+		}
+		if ks != nil {
+			if _, dup := ks.ids[e.id]; dup {
+				return fmt.Errorf("dedup: load key %q bucket %d: %w: event_id %q is in another bucket too", key, bucket, ErrCorrupt, e.id)
+			}
+		}
+	}
+	if ks == nil {
+		ks = &keyState{key: strings.Clone(key), ids: make(map[string]int64, len(es))}
+		s.keys[ks.key] = ks
+	}
+	for _, e := range es {
+		ks.ids[e.id] = e.ts
+		ks.insert(e)
+	}
+	s.nIDs += len(es)
+	s.prune(ks)
+	return nil
+}
