@@ -174,6 +174,9 @@ func ensureTopicsOnce(ctx context.Context, cfg config.Config, want []wantTopic, 
 	}
 }
 
+// endOffsetTimeout bounds one end-offset lookup of a restore.
+const endOffsetTimeout = 20 * time.Second
+
 // changelogReader reads committed changelog records for restores, with a
 // short-lived direct (group-less) client per call.
 type changelogReader struct {
@@ -232,6 +235,11 @@ func (c *changelogReader) end(ctx context.Context, p int32) (int64, error) {
 		return 0, fmt.Errorf("consume: changelog client: %w", err)
 	}
 	defer cl.Close()
+	// The rebalance callback's context has no deadline: a broker that does
+	// not answer must fail the restore (the group then retries), not hang
+	// the member.
+	ctx, cancel := context.WithTimeout(ctx, endOffsetTimeout)
+	defer cancel()
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListCommittedOffsets(ctx, c.topic)
 	if err != nil {
