@@ -266,33 +266,35 @@ func (s *Stage) emitRevisions(w *Partition, slide []window.Revision, agg []aggwi
 }
 
 func (s *Stage) slideAlert(rev window.Revision) Output {
-	a := alerts.Alert{
-		AlertID: rev.AlertID, Revision: rev.Revision, Status: rev.Status.String(), MergedInto: rev.MergedInto,
-		RuleID: s.c.Rule.ID, RuleVersion: s.c.Rule.Version,
-		Start: rev.Start, End: rev.End, Count: rev.Count, Late: rev.Late, Watermark: rev.Watermark,
-	}
-	a.Evidence = make([]alerts.Evidence, 0, len(rev.Evidence))
-	for _, e := range rev.Evidence {
-		a.Evidence = append(a.Evidence, alerts.Evidence{
-			EventID: e.EventID, SensorID: e.SensorID, TS: e.TS, Value: e.Value, Partition: e.Partition, Offset: e.Offset,
-		})
-	}
-	return s.encode(a, rev.Key, nil)
+	return s.encode(s.alertOf(rev.AlertID, rev.Revision, rev.Status.String(), rev.MergedInto, rev.Start, rev.End,
+		rev.Count, rev.Late, rev.Watermark, evidenceOf(rev.Evidence)), rev.Key, nil)
 }
 
 func (s *Stage) aggAlert(rev aggwindow.Revision) Output {
-	a := alerts.Alert{
-		AlertID: rev.AlertID, Revision: rev.Revision, Status: rev.Status.String(), MergedInto: rev.MergedInto,
+	return s.encode(s.alertOf(rev.AlertID, rev.Revision, rev.Status.String(), rev.MergedInto, rev.Start, rev.End,
+		rev.Count, rev.Late, rev.Watermark, evidenceOf(rev.Evidence)), rev.Key, &alerts.Aggregate{Fn: s.c.Rule.Aggregate.Fn, Value: rev.Agg})
+}
+
+// alertOf is the alert of a revision of either window package.
+func (s *Stage) alertOf(id string, revision int, status, mergedInto string, start, end int64, count int, late bool, wm int64, ev []alerts.Evidence) alerts.Alert {
+	return alerts.Alert{
+		AlertID: id, Revision: revision, Status: status, MergedInto: mergedInto,
 		RuleID: s.c.Rule.ID, RuleVersion: s.c.Rule.Version,
-		Start: rev.Start, End: rev.End, Count: rev.Count, Late: rev.Late, Watermark: rev.Watermark,
+		Start: start, End: end, Count: count, Late: late, Watermark: wm, Evidence: ev,
 	}
-	a.Evidence = make([]alerts.Evidence, 0, len(rev.Evidence))
-	for _, e := range rev.Evidence {
-		a.Evidence = append(a.Evidence, alerts.Evidence{
-			EventID: e.EventID, SensorID: e.SensorID, TS: e.TS, Value: e.Value, Partition: e.Partition, Offset: e.Offset,
+}
+
+// evidenceOf converts the evidence of either window package (the same
+// fields) to the alert's.
+func evidenceOf[E window.Evidence | aggwindow.Evidence](es []E) []alerts.Evidence {
+	out := make([]alerts.Evidence, 0, len(es))
+	for _, e := range es {
+		x := window.Evidence(e)
+		out = append(out, alerts.Evidence{
+			EventID: x.EventID, SensorID: x.SensorID, TS: x.TS, Value: x.Value, Partition: x.Partition, Offset: x.Offset,
 		})
 	}
-	return s.encode(a, rev.Key, &alerts.Aggregate{Fn: s.c.Rule.Aggregate.Fn, Value: rev.Agg})
+	return out
 }
 
 // Watermark marker headers: a forwarder reports on each source partition
