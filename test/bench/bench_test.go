@@ -106,6 +106,10 @@ func BenchmarkProcessor(b *testing.B) {
 		bin:      harness.BuildBinary(b),
 		n:        envInt(b, "BENCH_RECORDS", defaultRecords),
 		machines: envInt(b, "BENCH_MACHINES", defaultMachines),
+		// The simulated records carry event and record times in the past:
+		// the broker's time retention would delete the preloaded input in
+		// the middle of a run.
+		inputConfigs: map[string]*string{"retention.ms": kstr("-1")},
 	}
 	if _, port, ok := strings.Cut(f.seeds[0], ":"); ok {
 		f.brokerPID = findBrokerPID(port)
@@ -428,7 +432,7 @@ func (f *fixture) latency(b *testing.B, rate float64, dur time.Duration) latRun 
 	if rate < 1 {
 		b.Fatalf("bench: latency rate %.1f records/s", rate)
 	}
-	input := createTopic(b, b, f.seeds, harness.UniqueName("bench-lat-input"), partitions)
+	input := createTopicWith(b, b, f.seeds, harness.UniqueName("bench-lat-input"), partitions, map[string]*string{"retention.ms": kstr("-1")})
 	group := harness.UniqueName("bench-lat")
 	alertsTopic := group + ".alerts"
 	topics := []string{alertsTopic, group + ".dlq", group + ".late", group + ".changelog"}
