@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -154,6 +155,12 @@ func runProcessor(ctx context.Context, cfg config.Config, logger *slog.Logger, o
 	procCtx, stopServer := context.WithCancel(gctx)
 	if cfg.MetricsAddr != "" {
 		pages := map[string]http.Handler{"/": status.Handler(proc, time.Now)}
+		if cfg.MetricsPprof {
+			pages["/debug/pprof/"] = http.HandlerFunc(pprof.Index)
+			pages["/debug/pprof/profile"] = http.HandlerFunc(pprof.Profile)
+			pages["/debug/pprof/symbol"] = http.HandlerFunc(pprof.Symbol)
+			pages["/debug/pprof/trace"] = http.HandlerFunc(pprof.Trace)
+		}
 		g.Go(func() error { return met.Serve(procCtx, cfg.MetricsAddr, reg, logger, pages) })
 	}
 	g.Go(func() error {

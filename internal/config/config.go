@@ -58,6 +58,11 @@ type Config struct {
 	// MetricsAddr is the listen address of /metrics, /healthz and /readyz;
 	// empty disables the server. Default "" (off).
 	MetricsAddr string `mapstructure:"metrics_addr"`
+	// MetricsPprof also serves Go's profiler (net/http/pprof) under
+	// /debug/pprof/ on metrics_addr, for profiling a running processor
+	// (docs/BENCHMARKS.md). Default false: the endpoints expose heap
+	// contents and cost CPU while a profile runs.
+	MetricsPprof bool `mapstructure:"metrics_pprof"`
 	// LeaveGroupOnShutdown: a clean shutdown (SIGTERM) removes this
 	// instance's static membership, so its partitions move at once instead
 	// of after session_timeout. Set it to false for rolling restarts that

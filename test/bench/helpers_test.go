@@ -248,6 +248,10 @@ func startProc(b *testing.B, name, bin, dir string, env []string) *proc {
 	cmd := exec.Command(bin, "run")
 	cmd.Env = append(cleanEnv(), env...)
 	cmd.Env = append(cmd.Env, "PROCESSOR_METRICS_ADDR="+addr)
+	profDir := os.Getenv("BENCH_PROFILE_DIR")
+	if profDir != "" {
+		cmd.Env = append(cmd.Env, "PROCESSOR_METRICS_PPROF=true")
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
@@ -260,7 +264,36 @@ func startProc(b *testing.B, name, bin, dir string, env []string) *proc {
 		close(p.exited)
 	}()
 	b.Cleanup(func() { p.signal(syscall.SIGKILL); <-p.exited })
+	if profDir != "" {
+		go p.profile(filepath.Join(profDir, name+".cpu"))
+	}
 	return p
+}
+
+// profile writes a 10 s CPU profile of the processor, taken from 2 s after
+// its start, to path (knob BENCH_PROFILE_DIR; the processor serves
+// /debug/pprof/ with metrics_pprof). A failure is logged to stderr only: a
+// profile is an aid, not a result.
+func (p *proc) profile(path string) {
+	select {
+	case <-p.exited:
+		return
+	case <-time.After(2 * time.Second):
+	}
+	resp, err := http.Get("http://" + p.metrics + "/debug/pprof/profile?seconds=10")
+	if err == nil {
+		defer resp.Body.Close()
+		var f *os.File
+		if f, err = os.Create(path); err == nil {
+			_, err = io.Copy(f, resp.Body)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: profile of %s: %v\n", p.name, err)
+	}
 }
 
 func cleanEnv() []string {
