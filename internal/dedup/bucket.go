@@ -44,11 +44,17 @@ func (s *Set) BucketOf(ts int64) int64 {
 	return b
 }
 
-// markBucket records that key's bucket of ts changed.
-func (s *Set) markBucket(key string, ts int64) {
-	if s.bucketMs > 0 {
-		s.dirtyB[BucketRef{key, s.BucketOf(ts)}] = struct{}{}
+// markBucket records that ks's bucket of ts changed.
+func (s *Set) markBucket(ks *keyState, ts int64) {
+	if s.bucketMs == 0 {
+		return
 	}
+	b := s.BucketOf(ts)
+	if ks.markedGen == s.gen && ks.marked == b {
+		return
+	}
+	ks.marked, ks.markedGen = b, s.gen
+	s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
 }
 
 // DirtyBuckets returns the (key, bucket) entries changed since the last
@@ -93,7 +99,7 @@ func (s *Set) EncodeBucket(key string, bucket int64) []byte {
 // expired at the current watermark are forgotten at once (their buckets are
 // then marked dirty). On error the set is unchanged.
 func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
-	es, _, err := decodeKey(data)
+	es, err := decodeKey(data)
 	if err != nil {
 		return fmt.Errorf("dedup: load key %q bucket %d: %w", key, bucket, err)
 	}
@@ -103,17 +109,17 @@ func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
 			return fmt.Errorf("dedup: load key %q bucket %d: %w: ts %d lies in bucket %d", key, bucket, ErrCorrupt, e.ts, s.BucketOf(e.ts))
 		}
 		if ks != nil {
-			if _, dup := ks.ids[e.id]; dup {
+			if _, dup := s.lookup(ks, e.id, s.pairHash(ks, e.id)); dup {
 				return fmt.Errorf("dedup: load key %q bucket %d: %w: event_id %q is in another bucket too", key, bucket, ErrCorrupt, e.id)
 			}
 		}
 	}
 	if ks == nil {
-		ks = &keyState{key: strings.Clone(key), ids: make(map[string]int64, len(es))}
+		ks = s.newKey(strings.Clone(key))
 		s.keys[ks.key] = ks
 	}
 	for _, e := range es {
-		ks.ids[e.id] = e.ts
+		s.index(ks, e, s.pairHash(ks, e.id))
 		ks.insert(e)
 	}
 	s.nIDs += len(es)

@@ -76,7 +76,7 @@ func TestBucketedRestoreEquivalence(t *testing.T) {
 		persist()
 		n := 0
 		for r, v := range store {
-			es, _, err := decodeKey(v)
+			es, err := decodeKey(v)
 			if err != nil {
 				t.Fatal(err)
 			}

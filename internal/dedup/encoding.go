@@ -63,43 +63,50 @@ func encodeEntries(es []entry) []byte {
 // left); otherwise LoadKey marks nothing dirty. On error the set is
 // unchanged.
 func (s *Set) LoadKey(key string, data []byte) error {
-	es, ids, err := decodeKey(data)
+	es, err := decodeKey(data)
 	if err != nil {
 		return fmt.Errorf("dedup: load key %q: %w", key, err)
 	}
-	ks := &keyState{key: strings.Clone(key), ids: ids, byTS: es, peak: len(es)}
+	ks := s.newKey(strings.Clone(key))
+	ks.byTS, ks.peak = es, len(es)
 	if old := s.keys[key]; old != nil {
 		s.nIDs -= old.live()
+		for _, e := range old.byTS[old.head:] {
+			s.unindex(old, e)
+		}
 		if old.dirty {
 			ks.dirty = true // still listed in s.dirty
 		}
 		old.deleted, old.scheduled = true, false
 	}
-	s.keys[key] = ks
+	for _, e := range es {
+		s.index(ks, e, s.pairHash(ks, e.id))
+	}
+	s.keys[ks.key] = ks
 	s.nIDs += len(es)
 	s.prune(ks) // forgets what expired, deletes ks if empty, else queues it
 	return nil
 }
 
 // decodeKey parses a key value and checks every rule of the format. It
-// returns the entries in order and the id -> ts map.
-func decodeKey(data []byte) ([]entry, map[string]int64, error) {
+// returns the entries in order.
+func decodeKey(data []byte) ([]entry, error) {
 	if len(data) == 0 {
-		return nil, nil, fmt.Errorf("%w: empty (a key without ids has no value)", ErrCorrupt)
+		return nil, fmt.Errorf("%w: empty (a key without ids has no value)", ErrCorrupt)
 	}
 	r := codec.NewReader(data, ErrCorrupt)
 	if err := r.Version(formatVersion, ErrUnknownVersion); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	m := r.Count("id", minEntryBytes)
 	switch {
 	case r.Err() != nil:
-		return nil, nil, r.Err()
+		return nil, r.Err()
 	case m == 0:
-		return nil, nil, fmt.Errorf("%w: no ids (a key without ids has no value)", ErrCorrupt)
+		return nil, fmt.Errorf("%w: no ids (a key without ids has no value)", ErrCorrupt)
 	}
 	es := make([]entry, 0, m)
-	ids := make(map[string]int64, m)
+	ids := make(map[string]struct{}, m)
 	for i := range m {
 		var e entry
 		if i == 0 {
@@ -125,11 +132,11 @@ func decodeKey(data []byte) ([]entry, map[string]int64, error) {
 			r.Fail("event_id %q repeated", e.id)
 			break
 		}
-		ids[e.id] = e.ts
+		ids[e.id] = struct{}{}
 		es = append(es, e)
 	}
 	if err := r.Finish(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return es, ids, nil
+	return es, nil
 }

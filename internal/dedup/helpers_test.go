@@ -42,9 +42,6 @@ func (s *Set) check() error {
 		if len(live) == 0 {
 			return fmt.Errorf("key %q is empty but kept", k)
 		}
-		if len(ks.ids) != len(live) {
-			return fmt.Errorf("key %q: %d ids in the map, %d in the slice", k, len(ks.ids), len(live))
-		}
 		for i, e := range ks.byTS[:ks.head] {
 			if e != (entry{}) {
 				return fmt.Errorf("key %q: expired slot %d not zeroed", k, i)
@@ -54,8 +51,8 @@ func (s *Set) check() error {
 			if i > 0 && cmpEntry(live[i-1], e) >= 0 {
 				return fmt.Errorf("key %q: entries not increasing at %d", k, i)
 			}
-			if ts, ok := ks.ids[e.id]; !ok || ts != e.ts {
-				return fmt.Errorf("key %q: id %q at %d in the slice, map says %d, %v", k, e.id, e.ts, ts, ok)
+			if ts, ok := s.lookup(ks, e.id, s.pairHash(ks, e.id)); !ok || ts != e.ts {
+				return fmt.Errorf("key %q: id %q at %d in the slice, the index says %d, %v", k, e.id, e.ts, ts, ok)
 			}
 			if e.ts < thr {
 				return fmt.Errorf("key %q: id %q at %d kept below W - H = %d", k, e.id, e.ts, thr)
@@ -77,6 +74,9 @@ func (s *Set) check() error {
 	}
 	if n != s.nIDs {
 		return fmt.Errorf("nIDs %d, keys hold %d", s.nIDs, n)
+	}
+	if len(s.idx)+len(s.coll) != n {
+		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", len(s.idx), len(s.coll), n)
 	}
 	return nil
 }
@@ -219,7 +219,7 @@ func contents(tb testing.TB, s *Set) map[string][]entry {
 	tb.Helper()
 	out := make(map[string][]entry)
 	for k := range s.keys {
-		es, _, err := decodeKey(s.EncodeKey(k))
+		es, err := decodeKey(s.EncodeKey(k))
 		if err != nil {
 			tb.Fatalf("EncodeKey(%q) does not decode: %v", k, err)
 		}

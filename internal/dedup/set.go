@@ -3,6 +3,7 @@ package dedup
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strings"
@@ -23,19 +24,40 @@ type Set struct {
 	dirty []string             // may hold repeats; Dirty sorts and compacts
 	nIDs  int                  // for Stats
 
+	// The lookup index of every remembered (key, event_id): idx maps the
+	// pair's 64-bit hash (pairHash) to its ts, and a hit is confirmed in
+	// the key's byTS, so a verdict never rests on a hash. A pair whose
+	// hash slot is taken by another pair lives in coll instead (rare: two
+	// of a few million 64-bit hashes). One map of integers for the whole
+	// set, rather than a map of strings per key, costs a third of the time
+	// per event and gives the garbage collector no pointers to scan.
+	seed maphash.Seed // per Set: in-memory only, never persisted
+	idx  map[uint64]int64
+	coll map[pair]int64
+
 	bucketMs int64                  // > 0: persisted by (key, bucket) (bucket.go)
 	dirtyB   map[BucketRef]struct{} // changed buckets, when bucketMs > 0
+	gen      uint64                 // ClearDirty count + 1, for keyState.markedGen
 }
 
-// keyState holds the remembered ids of one key: ids maps each to its ts,
-// and byTS[head:] holds the same pairs sorted by (ts, id). byTS[:head] is
-// expired space, zeroed, reused by the next compaction.
+// pair is a remembered (key, event_id) in Set.coll.
+type pair struct{ key, id string }
+
+// keyState holds the remembered ids of one key: byTS[head:] holds them
+// sorted by (ts, id), and Set.idx indexes them. byTS[:head] is expired
+// space, zeroed, reused by the next compaction.
 type keyState struct {
 	key  string
-	ids  map[string]int64
+	salt uint64 // pairHash's share of the key, fixed per Set
 	byTS []entry
 	head int
-	peak int // most ids held since ids and byTS were last allocated
+	peak int // most ids held since byTS was last allocated
+
+	// The bucket last marked dirty, in generation markedGen of the Set:
+	// most events of a key fall in its newest bucket, which is then marked
+	// once per commit rather than once per event (bucket.go).
+	marked    int64
+	markedGen uint64
 
 	sched     int64 // when scheduled: the W of its queue entry
 	scheduled bool
@@ -62,7 +84,54 @@ func New(horizonMs int64) (*Set, error) {
 	if horizonMs < 0 {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
-	return &Set{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState)}, nil
+	return &Set{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
+		seed: maphash.MakeSeed(), idx: make(map[uint64]int64), gen: 1}, nil
+}
+
+// newKey returns the empty state of key (not yet in s.keys).
+func (s *Set) newKey(key string) *keyState {
+	return &keyState{key: key, salt: maphash.String(s.seed, key) * 0x9e3779b97f4a7c15}
+}
+
+// pairHash is the index hash of (ks.key, id).
+func (s *Set) pairHash(ks *keyState, id string) uint64 {
+	return maphash.String(s.seed, id) ^ ks.salt
+}
+
+// lookup returns the ts with which ks remembers id. h is pairHash(ks, id).
+func (s *Set) lookup(ks *keyState, id string, h uint64) (int64, bool) {
+	if ts, ok := s.idx[h]; ok && ks.holds(ts, id) {
+		return ts, true
+	}
+	if len(s.coll) > 0 {
+		ts, ok := s.coll[pair{ks.key, id}]
+		return ts, ok
+	}
+	return 0, false
+}
+
+// index adds e, new to ks, to the lookup index (not to byTS).
+func (s *Set) index(ks *keyState, e entry, h uint64) {
+	if _, taken := s.idx[h]; !taken {
+		s.idx[h] = e.ts
+		return
+	}
+	if s.coll == nil {
+		s.coll = make(map[pair]int64)
+	}
+	s.coll[pair{ks.key, e.id}] = e.ts
+}
+
+// unindex removes e, remembered by ks, from the lookup index.
+func (s *Set) unindex(ks *keyState, e entry) {
+	if len(s.coll) > 0 {
+		p := pair{ks.key, e.id}
+		if _, ok := s.coll[p]; ok {
+			delete(s.coll, p)
+			return
+		}
+	}
+	delete(s.idx, s.pairHash(ks, e.id))
 }
 
 // Watermark returns the set's watermark W, the largest value passed to
@@ -77,22 +146,26 @@ func (s *Set) HorizonMs() int64 { return s.h }
 // duplicate, and then nothing changes), and otherwise remembers
 // (key, eventID) with ts and reports false. W is the watermark of the last
 // Advance, which must be the partition watermark before this event. Seen
-// copies the strings it keeps, so they may alias a reused buffer.
+// keeps key and eventID without copying them: they must not alias memory
+// that changes later (strings converted from a reused buffer with
+// unsafe.String, for example). Decoded events own their strings.
 func (s *Set) Seen(key, eventID string, ts int64) bool {
 	thr := subSat(s.wm, s.h)
 	ks := s.keys[key]
+	var h uint64
 	if ks != nil {
-		if r, ok := ks.ids[eventID]; ok {
+		h = s.pairHash(ks, eventID)
+		if r, ok := s.lookup(ks, eventID, h); ok {
 			if r >= thr {
 				return true
 			}
 			// Unreachable: Advance and LoadKey forget every id with
 			// ts < W - H. Replace the entry all the same, so that
 			// correctness does not rest on that.
-			ks.remove(entry{ts: r, id: eventID})
+			s.remove(ks, entry{ts: r, id: eventID})
 			s.nIDs--
 			s.markDirty(ks)
-			s.markBucket(ks.key, r)
+			s.markBucket(ks, r)
 			if ks.live() == 0 {
 				s.deleteKey(ks)
 				ks = nil
@@ -105,15 +178,16 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		return false
 	}
 	if ks == nil {
-		ks = &keyState{key: strings.Clone(key), ids: make(map[string]int64)}
-		s.keys[ks.key] = ks
+		ks = s.newKey(key)
+		s.keys[key] = ks
+		h = s.pairHash(ks, eventID)
 	}
-	e := entry{ts: ts, id: strings.Clone(eventID)}
-	ks.ids[e.id] = ts
+	e := entry{ts: ts, id: eventID}
+	s.index(ks, e, h)
 	ks.insert(e)
 	s.nIDs++
 	s.markDirty(ks)
-	s.markBucket(ks.key, ts)
+	s.markBucket(ks, ts)
 	s.reschedule(ks)
 	return false
 }
@@ -144,7 +218,7 @@ func (s *Set) prune(ks *keyState) {
 	k := ks.head
 	last := int64(0)
 	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
-		delete(ks.ids, ks.byTS[k].id)
+		s.unindex(ks, ks.byTS[k])
 		if s.bucketMs > 0 {
 			if b := s.BucketOf(ks.byTS[k].ts); k == ks.head || b != last {
 				s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
@@ -229,6 +303,7 @@ func (s *Set) ClearDirty() {
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
 	clear(s.dirtyB)
+	s.gen++
 }
 
 // Stats counts the set's state.
@@ -277,9 +352,15 @@ func (ks *keyState) insert(e entry) {
 	ks.peak = max(ks.peak, ks.live())
 }
 
-// remove deletes e, which is remembered, from ids and byTS.
-func (ks *keyState) remove(e entry) {
-	delete(ks.ids, e.id)
+// holds reports whether byTS holds (ts, id).
+func (ks *keyState) holds(ts int64, id string) bool {
+	_, ok := slices.BinarySearchFunc(ks.byTS[ks.head:], entry{ts: ts, id: id}, cmpEntry)
+	return ok
+}
+
+// remove deletes e, which ks remembers, from the index and byTS.
+func (s *Set) remove(ks *keyState, e entry) {
+	s.unindex(ks, e)
 	if i, ok := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry); ok {
 		ks.byTS = slices.Delete(ks.byTS, ks.head+i, ks.head+i+1)
 	}
@@ -291,10 +372,10 @@ func (ks *keyState) remove(e entry) {
 // shrinkMin is the peak below which a key's storage is never rebuilt.
 const shrinkMin = 64
 
-// shrink rebuilds ids and byTS at their current size once at most an
-// eighth of their peak is left (Go maps never shrink), so that a burst on
-// one key does not hold memory for as long as the key lives. The rebuild
-// costs O(live) after at least 7*live expiries.
+// shrink rebuilds byTS at its current size once at most an eighth of its
+// peak is left, so that a burst on one key does not hold memory for as
+// long as the key lives. The rebuild costs O(live) after at least 7*live
+// expiries. (The set's index is one map whose size follows the set's.)
 func (ks *keyState) shrink() {
 	live := ks.live()
 	if ks.peak < shrinkMin || live > ks.peak/8 {
@@ -302,11 +383,7 @@ func (ks *keyState) shrink() {
 	}
 	b := make([]entry, live, 2*live)
 	copy(b, ks.byTS[ks.head:])
-	ids := make(map[string]int64, live)
-	for _, e := range b {
-		ids[e.id] = e.ts
-	}
-	ks.byTS, ks.head, ks.ids, ks.peak = b, 0, ids, live
+	ks.byTS, ks.head, ks.peak = b, 0, live
 }
 
 // subSat returns a - b for b >= 0, clamped at math.MinInt64: at
