@@ -88,9 +88,11 @@ type rulePart struct {
 var ErrRuleChanged = fmt.Errorf("consume: rule changed without a version bump")
 
 // loadRulePart builds a rule's in-memory state of partition p from its
-// local store, which holds exactly its committed state.
-func loadRulePart(t *task, p int32) (*rulePart, error) {
-	rp := &rulePart{t: t, win: t.stage.NewPartition(), acct: pipeline.Accounting{Version: 1}}
+// local store, which holds exactly its committed state. share is the
+// partition's dedup sharing (pipeline.DedupShare): every rule of the
+// partition is loaded into it, all or none.
+func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error) {
+	rp := &rulePart{t: t, win: t.stage.NewPartitionShared(share), acct: pipeline.Accounting{Version: 1}}
 	target, _, err := t.store.Checkpoint(p)
 	if err != nil {
 		return nil, err
@@ -139,8 +141,9 @@ func loadPart(src *source, k pkey) (*part, error) {
 	pt := &part{pkey: k, src: src, stats: newBatchStats()}
 	pt.fwd.max = window.NoWatermark
 	pt.committedFwd = pt.fwd
+	share := pipeline.DedupShare{}
 	for _, t := range src.tasks {
-		rp, err := loadRulePart(t, k.id)
+		rp, err := loadRulePart(t, k.id, share)
 		if err != nil {
 			return nil, err
 		}

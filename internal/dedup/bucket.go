@@ -31,29 +31,33 @@ func NewBucketed(horizonMs, bucketMs int64) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.bucketMs, s.dirtyB = bucketMs, map[BucketRef]struct{}{}
+	s.st.bucketMs, s.dirtyB = bucketMs, map[BucketRef]struct{}{}
 	return s, nil
 }
 
 // BucketOf returns the bucket of ts.
 func (s *Set) BucketOf(ts int64) int64 {
-	b := ts / s.bucketMs
-	if ts%s.bucketMs < 0 {
+	b := ts / s.st.bucketMs
+	if ts%s.st.bucketMs < 0 {
 		b--
 	}
 	return b
 }
 
-// markBucket records that ks's bucket of ts changed.
+// markBucket records that s's entry of ks's bucket of ts changed.
 func (s *Set) markBucket(ks *keyState, ts int64) {
-	if s.bucketMs == 0 {
+	if s.st.bucketMs == 0 {
 		return
 	}
 	b := s.BucketOf(ts)
-	if ks.markedGen == s.gen && ks.marked == b {
+	if s.slot >= len(ks.marks) {
+		ks.marks = append(ks.marks, make([]mark, s.slot+1-len(ks.marks))...)
+	}
+	m := &ks.marks[s.slot]
+	if m.gen == s.gen && m.bucket == b {
 		return
 	}
-	ks.marked, ks.markedGen = b, s.gen
+	m.bucket, m.gen = b, s.gen
 	s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
 }
 
@@ -77,21 +81,22 @@ func (s *Set) DirtyBuckets() []BucketRef {
 // EncodeBucket returns the encoding (EncodeKey's format) of key's ids with
 // ts in the bucket, or nil when there is none.
 func (s *Set) EncodeBucket(key string, bucket int64) []byte {
-	ks := s.keys[key]
+	ks := s.st.keys[key]
 	if ks == nil || ks.live() == 0 {
 		return nil
 	}
 	es := ks.byTS[ks.head:]
-	lo := bucket * s.bucketMs
+	lo := bucket * s.st.bucketMs
 	i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmp.Compare(e.ts, t) })
 	j := i
 	for j < len(es) && s.BucketOf(es[j].ts) == bucket {
 		j++
 	}
-	if i == j {
+	mine := s.mine(nil, es[i:j])
+	if len(mine) == 0 {
 		return nil
 	}
-	return encodeEntries(es[i:j])
+	return encodeEntries(mine)
 }
 
 // LoadBucket adds the ids of one persisted (key, bucket) entry to the set.
@@ -103,26 +108,16 @@ func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("dedup: load key %q bucket %d: %w", key, bucket, err)
 	}
-	ks := s.keys[key]
+	st := s.st
+	ks := st.keys[key]
 	for _, e := range es {
 		if s.BucketOf(e.ts) != bucket {
 			return fmt.Errorf("dedup: load key %q bucket %d: %w: ts %d lies in bucket %d", key, bucket, ErrCorrupt, e.ts, s.BucketOf(e.ts))
 		}
-		if ks != nil {
-			if _, dup := s.lookup(ks, e.id, s.pairHash(ks, e.id)); dup {
-				return fmt.Errorf("dedup: load key %q bucket %d: %w: event_id %q is in another bucket too", key, bucket, ErrCorrupt, e.id)
-			}
+		if ks != nil && st.remembered(ks, e.id, st.pairHash(ks, e.id), s.bit) >= 0 {
+			return fmt.Errorf("dedup: load key %q bucket %d: %w: event_id %q is in another bucket too", key, bucket, ErrCorrupt, e.id)
 		}
 	}
-	if ks == nil {
-		ks = s.newKey(strings.Clone(key))
-		s.keys[ks.key] = ks
-	}
-	for _, e := range es {
-		s.index(ks, e, s.pairHash(ks, e.id))
-		ks.insert(e)
-	}
-	s.nIDs += len(es)
-	s.prune(ks)
+	s.load(key, es)
 	return nil
 }

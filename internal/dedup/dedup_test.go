@@ -147,17 +147,23 @@ func TestDirty(t *testing.T) {
 	}
 }
 
+// tsID is an (event time, event id) pair of the tests.
+type tsID struct {
+	ts int64
+	id string
+}
+
 // TestEncoding pins the format documented in doc.go.
 func TestEncoding(t *testing.T) {
 	tests := []struct {
 		name string
-		ids  []entry // Seen in this order
+		ids  []tsID // Seen in this order
 		hex  string
 	}{
-		{"doc.go example", []entry{{1003, "b"}, {1000, "a"}}, "0102d00f0161030162"},
-		{"one id", []entry{{0, "e1"}}, "010100026531"},
-		{"negative ts, equal ts ordered by id, empty id", []entry{{-1, "z"}, {-1, ""}, {-1, "y"}}, "010301" + "00" + "00" + "0179" + "00" + "017a"},
-		{"extremes", []entry{{math.MaxInt64, "b"}, {math.MinInt64, "a"}}, "0102" + "ffffffffffffffffff01" + "0161" + "ffffffffffffffffff01" + "0162"},
+		{"doc.go example", []tsID{{1003, "b"}, {1000, "a"}}, "0102d00f0161030162"},
+		{"one id", []tsID{{0, "e1"}}, "010100026531"},
+		{"negative ts, equal ts ordered by id, empty id", []tsID{{-1, "z"}, {-1, ""}, {-1, "y"}}, "010301" + "00" + "00" + "0179" + "00" + "017a"},
+		{"extremes", []tsID{{math.MaxInt64, "b"}, {math.MinInt64, "a"}}, "0102" + "ffffffffffffffffff01" + "0161" + "ffffffffffffffffff01" + "0162"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,7 +303,7 @@ func TestSeenReplacesExpired(t *testing.T) {
 	if s.Seen("j", "a", 5) { // replaced by an event that is itself expired
 		t.Fatal("an expired id counted as a duplicate")
 	}
-	if s.keys["j"] != nil || s.EncodeKey("j") != nil || s.Stats() != (Stats{1, 2}) {
+	if s.st.keys["j"] != nil || s.EncodeKey("j") != nil || s.Stats() != (Stats{1, 2}) {
 		t.Fatalf("key j should be gone: %v", s)
 	}
 	if got := s.Dirty(); !slices.Equal(got, []string{"j", "k"}) {

@@ -105,20 +105,33 @@
 //
 // # Costs
 //
-// Per key, the remembered ids are a map (id -> ts) and a slice sorted by
-// (ts, event_id). Seen costs two map lookups for a duplicate; a new id
+// A Set is a view of a store, which the Sets of several rules over one
+// input partition can share (Set.NewView): the store holds each remembered
+// (key, event_id, ts) once, with the views that remember it as a bit mask,
+// so a record costs one hash lookup for all of them. Each view keeps the
+// semantics above exactly (its own W, its own verdicts, its own persisted
+// entries); an entry is dropped once it has expired for every view (at the
+// slowest view's W - H), and a view ignores, and forgets at its next
+// encounter, entries that expired for it while a slower view keeps them.
+//
+// The store indexes its entries in one map from a 64-bit hash of
+// (key, event_id) to ts (a hit is confirmed against the key's entries, so
+// no verdict rests on a hash; the rare pair whose hash collides with
+// another's is kept in a second map by its strings), and per key a slice
+// sorted by (ts, event_id). Seen costs one map lookup for a new id; it
 // appends to its key's slice when it arrives in ts order for its key (an
 // insert, O(ids of the key), when it does not) and is queued in O(log keys)
 // when it becomes its key's oldest id. Each key with ids is queued in a
 // min-heap at its deadline — the smallest W at which its oldest id expires
-// — so Advance costs O(1) when nothing is due and O(log keys + expired ids)
-// per due key otherwise: nothing scans all keys or ids. Memory is
-// O(ids with ts >= W - H) plus bounded slack: a key's slice reuses its
-// expired front, its slice and map are rebuilt smaller once at most an
-// eighth of their peak is left, a key with no ids is deleted, and the heap
-// holds about one entry per key (a key whose oldest id moved earlier leaves
-// a stale entry until it comes due). Seen copies the key and the event id
-// it keeps (one allocation per remembered id).
+// — so Advance costs O(1) when nothing is due (plus O(views) to find the
+// slowest) and O(log keys + expired ids) per due key otherwise: nothing
+// scans all keys or ids. Memory is O(ids with ts >= W - H) plus bounded
+// slack: a key's slice reuses its expired front and is rebuilt smaller once
+// at most an eighth of its peak is left, a key with no ids is deleted, and
+// the heap holds about one entry per key (a key whose oldest id moved
+// earlier leaves a stale entry until it comes due). Seen keeps the key and
+// event id strings it is given (no copy): they must not alias a reused
+// buffer.
 //
 // # What it must never do
 //

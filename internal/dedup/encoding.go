@@ -29,11 +29,15 @@ const minEntryBytes = 2
 // doc.go), or nil when the key has none (never had any, or all expired):
 // the caller then deletes the key from its store.
 func (s *Set) EncodeKey(key string) []byte {
-	ks := s.keys[key]
+	ks := s.st.keys[key]
 	if ks == nil || ks.live() == 0 {
 		return nil
 	}
-	return encodeEntries(ks.byTS[ks.head:])
+	mine := s.mine(nil, ks.byTS[ks.head:])
+	if len(mine) == 0 {
+		return nil
+	}
+	return encodeEntries(mine)
 }
 
 // encodeEntries encodes entries sorted by (ts, id), at least one.
@@ -67,25 +71,45 @@ func (s *Set) LoadKey(key string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("dedup: load key %q: %w", key, err)
 	}
-	ks := s.newKey(strings.Clone(key))
-	ks.byTS, ks.peak = es, len(es)
-	if old := s.keys[key]; old != nil {
-		s.nIDs -= old.live()
-		for _, e := range old.byTS[old.head:] {
-			s.unindex(old, e)
+	st := s.st
+	if ks := st.keys[key]; ks != nil {
+		// Replace what this view remembered of the key, marking nothing
+		// dirty.
+		for i := ks.live() - 1; i >= 0; i-- {
+			if ks.byTS[ks.head+i].mask&s.bit != 0 && st.unmark(ks, ks.head+i, s) {
+				break
+			}
 		}
-		if old.dirty {
-			ks.dirty = true // still listed in s.dirty
-		}
-		old.deleted, old.scheduled = true, false
+	}
+	s.load(key, es)
+	return nil
+}
+
+// load adds es, (ts, id) pairs sorted and new to this view for key, to the
+// view, then forgets at once what has expired at the current watermark.
+func (s *Set) load(key string, es []entry) {
+	st := s.st
+	ks := st.keys[key]
+	if ks == nil {
+		ks = st.newKey(strings.Clone(key))
+		st.keys[ks.key] = ks
 	}
 	for _, e := range es {
-		s.index(ks, e, s.pairHash(ks, e.id))
+		e.mask = s.bit
+		st.remember(ks, e, st.pairHash(ks, e.id))
 	}
-	s.keys[ks.key] = ks
 	s.nIDs += len(es)
-	s.prune(ks) // forgets what expired, deletes ks if empty, else queues it
-	return nil
+	// What expired for this view goes now (as Seen would forget it), and
+	// what expired for every view with it.
+	thr := subSat(s.wm, st.h)
+	for i := ks.live() - 1; i >= 0; i-- {
+		if e := ks.byTS[ks.head+i]; e.ts < thr && e.mask&s.bit != 0 {
+			if st.forget(ks, ks.head+i, s) {
+				return
+			}
+		}
+	}
+	st.prune(ks)
 }
 
 // decodeKey parses a key value and checks every rule of the format. It

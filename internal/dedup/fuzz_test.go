@@ -19,7 +19,7 @@ func FuzzLoadKey(f *testing.F) {
 		for _, o := range genOps(rng, h, 100) {
 			o.apply(s)
 		}
-		for k := range s.keys {
+		for k := range s.st.keys {
 			f.Add(s.EncodeKey(k))
 		}
 	}
@@ -28,7 +28,7 @@ func FuzzLoadKey(f *testing.F) {
 		s.Seen("other", "o", 5)
 		s.ClearDirty()
 		if err := s.LoadKey("k", data); err != nil {
-			if s.Stats() != (Stats{1, 1}) || len(s.Dirty()) != 0 || s.keys["k"] != nil {
+			if s.Stats() != (Stats{1, 1}) || len(s.Dirty()) != 0 || s.st.keys["k"] != nil {
 				t.Fatal("a failed LoadKey changed the set")
 			}
 			return
@@ -39,7 +39,7 @@ func FuzzLoadKey(f *testing.F) {
 		if err := s.check(); err != nil {
 			t.Fatal(err)
 		}
-		ks := s.keys["k"]
+		ks := s.st.keys["k"]
 		first, last := ks.byTS[ks.head], ks.byTS[len(ks.byTS)-1]
 		for _, e := range ks.byTS[ks.head:] {
 			if !s.Seen("k", e.id, e.ts) {
@@ -54,7 +54,7 @@ func FuzzLoadKey(f *testing.F) {
 		}
 		if last.ts <= math.MaxInt64-1001 {
 			s.Advance(last.ts + 1001) // everything of "k" expires
-			if s.keys["k"] != nil {
+			if s.st.keys["k"] != nil {
 				t.Fatalf("key still held at W %d: %v", s.Watermark(), s)
 			}
 		}

@@ -18,23 +18,39 @@ func mustNew(tb testing.TB, h int64) *Set {
 	return s
 }
 
-// check verifies every internal invariant of s and returns the first
-// violation, or nil.
+// check verifies every internal invariant of s's store (and so of every
+// view sharing it) and returns the first violation, or nil.
 func (s *Set) check() error {
-	thr := subSat(s.wm, s.h)
-	queued := make(map[dueEntry]bool, len(s.due))
-	for i, e := range s.due {
+	st := s.st
+	thr := subSat(st.wm, st.h)
+	low := int64(math.MaxInt64)
+	for _, v := range st.views {
+		low = min(low, v.wm)
+	}
+	if st.wm > low {
+		return fmt.Errorf("store W %d ahead of the slowest view's %d", st.wm, low)
+	}
+	queued := make(map[dueEntry]bool, len(st.due))
+	for i, e := range st.due {
 		queued[e] = true
-		if p := (i - 1) / 2; i > 0 && dueLess(e, s.due[p]) {
+		if p := (i - 1) / 2; i > 0 && dueLess(e, st.due[p]) {
 			return fmt.Errorf("due queue not a heap at %d", i)
 		}
 	}
-	listed := make(map[string]bool, len(s.dirty))
-	for _, k := range s.dirty {
-		listed[k] = true
+	listed := make([]map[string]bool, len(st.views))
+	for i, v := range st.views {
+		listed[i] = make(map[string]bool, len(v.dirty))
+		for _, k := range v.dirty {
+			listed[i][k] = true
+		}
 	}
-	n := 0
-	for k, ks := range s.keys {
+	all := uint64(1)<<len(st.views) - 1
+	if len(st.views) == 64 {
+		all = math.MaxUint64
+	}
+	nIDs := make([]int, len(st.views))
+	pairs, more := 0, 0
+	for k, ks := range st.keys {
 		if ks.key != k || ks.deleted {
 			return fmt.Errorf("key %q stored under %q, deleted %v", ks.key, k, ks.deleted)
 		}
@@ -47,36 +63,64 @@ func (s *Set) check() error {
 				return fmt.Errorf("key %q: expired slot %d not zeroed", k, i)
 			}
 		}
+		byID := make(map[string][]int64)
 		for i, e := range live {
 			if i > 0 && cmpEntry(live[i-1], e) >= 0 {
 				return fmt.Errorf("key %q: entries not increasing at %d", k, i)
 			}
-			if ts, ok := s.lookup(ks, e.id, s.pairHash(ks, e.id)); !ok || ts != e.ts {
-				return fmt.Errorf("key %q: id %q at %d in the slice, the index says %d, %v", k, e.id, e.ts, ts, ok)
+			if e.mask == 0 || e.mask&^all != 0 {
+				return fmt.Errorf("key %q: id %q at %d: views %b of %d", k, e.id, e.ts, e.mask, len(st.views))
+			}
+			for i := range st.views {
+				if e.mask&(1<<i) != 0 {
+					nIDs[i]++
+				}
 			}
 			if e.ts < thr {
 				return fmt.Errorf("key %q: id %q at %d kept below W - H = %d", k, e.id, e.ts, thr)
+			}
+			byID[e.id] = append(byID[e.id], e.ts)
+		}
+		for id, tss := range byID {
+			pairs++
+			first, ok := st.first(ks, id, st.pairHash(ks, id))
+			rest := st.more[pair{k, id}]
+			more += len(rest)
+			got := append([]int64{first}, rest...)
+			slices.Sort(got)
+			if !ok || !slices.Equal(got, tss) {
+				return fmt.Errorf("key %q: id %q held at %v, the index says %d (%v) then %v", k, id, tss, first, ok, rest)
 			}
 		}
 		if ks.peak < len(live) {
 			return fmt.Errorf("key %q: peak %d below %d", k, ks.peak, len(live))
 		}
-		n += len(live)
-		if d, ok := s.deadline(ks); ok {
-			if !ks.scheduled || ks.sched > d || ks.sched <= s.wm || !queued[dueEntry{at: ks.sched, ks: ks}] {
+		if d, ok := st.deadline(ks); ok {
+			if !ks.scheduled || ks.sched > d || ks.sched <= st.wm || !queued[dueEntry{at: ks.sched, ks: ks}] {
 				return fmt.Errorf("key %q: deadline %d, scheduled %v at %d (W %d), queued %v",
-					k, d, ks.scheduled, ks.sched, s.wm, queued[dueEntry{at: ks.sched, ks: ks}])
+					k, d, ks.scheduled, ks.sched, st.wm, queued[dueEntry{at: ks.sched, ks: ks}])
 			}
 		}
-		if ks.dirty && !listed[k] {
-			return fmt.Errorf("key %q dirty but not listed", k)
+		for i := range st.views {
+			if ks.dirty&(1<<i) != 0 && !listed[i][k] {
+				return fmt.Errorf("key %q dirty for view %d but not listed", k, i)
+			}
 		}
 	}
-	if n != s.nIDs {
-		return fmt.Errorf("nIDs %d, keys hold %d", s.nIDs, n)
+	for i, v := range st.views {
+		if nIDs[i] != v.nIDs {
+			return fmt.Errorf("view %d: nIDs %d, keys hold %d", i, v.nIDs, nIDs[i])
+		}
 	}
-	if len(s.idx)+len(s.coll) != n {
-		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", len(s.idx), len(s.coll), n)
+	if len(st.idx)+len(st.coll) != pairs {
+		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", len(st.idx), len(st.coll), pairs)
+	}
+	n := 0
+	for _, ts := range st.more {
+		n += len(ts)
+	}
+	if n != more {
+		return fmt.Errorf("the index holds %d further entries, keys %d", n, more)
 	}
 	return nil
 }
@@ -218,7 +262,10 @@ func genOps(rng *rand.Rand, h int64, n int) []op {
 func contents(tb testing.TB, s *Set) map[string][]entry {
 	tb.Helper()
 	out := make(map[string][]entry)
-	for k := range s.keys {
+	for k := range s.st.keys {
+		if s.EncodeKey(k) == nil {
+			continue // held for another view only
+		}
 		es, err := decodeKey(s.EncodeKey(k))
 		if err != nil {
 			tb.Fatalf("EncodeKey(%q) does not decode: %v", k, err)

@@ -90,7 +90,7 @@ func TestRestore(t *testing.T) {
 					t.Fatalf("seed %d: Dirty after ClearDirty: %v", seed, d)
 				}
 				full := make(map[string][]byte)
-				for k := range s.keys {
+				for k := range s.st.keys {
 					full[k] = s.EncodeKey(k)
 				}
 				if !maps.EqualFunc(store, full, func(a, b []byte) bool { return string(a) == string(b) }) {
@@ -154,7 +154,7 @@ func TestRestoreLate(t *testing.T) {
 		w = max(w, orig.Watermark())
 		s := mustNew(t, h)
 		s.Advance(w)
-		for k := range orig.keys {
+		for k := range orig.st.keys {
 			if err := s.LoadKey(k, orig.EncodeKey(k)); err != nil {
 				t.Fatal(err)
 			}
@@ -198,8 +198,8 @@ func TestBounded(t *testing.T) {
 			if st := s.Stats(); st.IDs > 3*(h+d+1) || st.Keys > keys {
 				t.Fatalf("after %d records: %+v", i+1, st)
 			}
-			if len(s.due) > 2*keys {
-				t.Fatalf("after %d records: %d queue entries for %d keys", i+1, len(s.due), keys)
+			if len(s.st.due) > 2*keys {
+				t.Fatalf("after %d records: %d queue entries for %d keys", i+1, len(s.st.due), keys)
 			}
 		}
 	}
@@ -207,19 +207,19 @@ func TestBounded(t *testing.T) {
 	for i := range 10_000 {
 		s.Seen("burst", fmt.Sprint("b", i), ts)
 	}
-	big := cap(s.keys["burst"].byTS)
+	big := cap(s.st.keys["burst"].byTS)
 	for j := range int64(3 * h / 10) {
 		s.Seen("burst", fmt.Sprint("t", j), ts+10*j)
 		s.Advance(ts + 10*j - d)
 	}
-	if ks := s.keys["burst"]; cap(ks.byTS) > big/8 || ks.peak > 8*ks.live() {
+	if ks := s.st.keys["burst"]; cap(ks.byTS) > big/8 || ks.peak > 8*ks.live() {
 		t.Fatalf("after the burst expired: cap %d (was %d), peak %d, live %d", cap(ks.byTS), big, ks.peak, ks.live())
 	}
 	s.ClearDirty()
-	alive := slices.Sorted(maps.Keys(s.keys))
+	alive := slices.Sorted(maps.Keys(s.st.keys))
 	s.Advance(1 << 62)
-	if st := s.Stats(); st != (Stats{}) || len(s.due) != 0 {
-		t.Fatalf("after W passed everything: %+v, %d queued", st, len(s.due))
+	if st := s.Stats(); st != (Stats{}) || len(s.st.due) != 0 {
+		t.Fatalf("after W passed everything: %+v, %d queued", st, len(s.st.due))
 	}
 	dirty := s.Dirty()
 	if !slices.Equal(dirty, alive) {

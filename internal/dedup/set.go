@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -13,61 +14,91 @@ import (
 // expires. It equals window.NoWatermark and aggwindow.NoWatermark.
 const NoWatermark int64 = math.MinInt64
 
+// MaxViews is how many Sets can share one store (NewView).
+const MaxViews = 64
+
 // Set remembers the event ids of one rule over one input partition, per
-// key, while their ts >= W - H. It is not safe for concurrent use.
+// key, while their ts >= W - H. It is not safe for concurrent use, and
+// neither are the other Sets of its store (NewView): one goroutine owns
+// them all.
+//
+// A Set is a view of a store, which it may share with the Sets of other
+// rules over the same partition (NewView): each id is then held once, with
+// the set of views that remember it, and a record costs one hash lookup
+// for all of them rather than one per rule. Every view keeps exactly the
+// semantics of a Set of its own (doc.go); sharing changes only the costs.
 type Set struct {
-	h  int64 // dedup horizon H, ms, >= 0
-	wm int64 // W, never decreases
+	st   *store
+	bit  uint64 // this view's bit in entry.mask
+	slot int    // index in st.views
 
-	keys  map[string]*keyState // only keys with at least one id
-	due   dueQueue             // lazy expiry deadlines of keys, by W
-	dirty []string             // may hold repeats; Dirty sorts and compacts
-	nIDs  int                  // for Stats
+	wm     int64                  // this view's W, never decreases
+	dirty  []string               // may hold repeats; Dirty sorts and compacts
+	dirtyB map[BucketRef]struct{} // changed buckets, when st.bucketMs > 0
+	gen    uint64                 // ClearDirty count + 1, for mark.gen
+	nIDs   int                    // ids this view remembers, for Stats
+}
 
-	// The lookup index of every remembered (key, event_id): idx maps the
-	// pair's 64-bit hash (pairHash) to its ts, and a hit is confirmed in
-	// the key's byTS, so a verdict never rests on a hash. A pair whose
-	// hash slot is taken by another pair lives in coll instead (rare: two
-	// of a few million 64-bit hashes). One map of integers for the whole
-	// set, rather than a map of strings per key, costs a third of the time
-	// per event and gives the garbage collector no pointers to scan.
-	seed maphash.Seed // per Set: in-memory only, never persisted
+// store holds the ids of the views that share it.
+type store struct {
+	h  int64 // dedup horizon H, ms, >= 0; the same for every view
+	wm int64 // the smallest W of the views: what has expired for all
+
+	keys map[string]*keyState // only keys with at least one entry
+	due  dueQueue             // lazy expiry deadlines of keys, by wm
+
+	// The lookup index of every held (key, event_id): idx maps the pair's
+	// 64-bit hash (pairHash) to the ts of its entry, and a hit is
+	// confirmed in the key's byTS, so a verdict never rests on a hash. A
+	// pair whose hash slot is taken by another pair lives in coll instead
+	// (rare: two of a few million 64-bit hashes). One map of integers for
+	// the whole store, rather than a map of strings per key, costs a third
+	// of the time per event and gives the garbage collector no pointers to
+	// scan. A pair that views remember with different ts (two records with
+	// one event_id and different ts, each the first for some view) has
+	// one entry per ts: the first in idx or coll, the others' ts in more.
+	seed maphash.Seed // per store: in-memory only, never persisted
 	idx  map[uint64]int64
 	coll map[pair]int64
+	more map[pair][]int64
 
-	bucketMs int64                  // > 0: persisted by (key, bucket) (bucket.go)
-	dirtyB   map[BucketRef]struct{} // changed buckets, when bucketMs > 0
-	gen      uint64                 // ClearDirty count + 1, for keyState.markedGen
+	views    []*Set
+	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
 }
 
-// pair is a remembered (key, event_id) in Set.coll.
+// pair is a held (key, event_id).
 type pair struct{ key, id string }
 
-// keyState holds the remembered ids of one key: byTS[head:] holds them
-// sorted by (ts, id), and Set.idx indexes them. byTS[:head] is expired
-// space, zeroed, reused by the next compaction.
+// keyState holds the entries of one key: byTS[head:] sorted by (ts, id),
+// indexed by store.idx. byTS[:head] is expired space, zeroed, reused by
+// the next compaction.
 type keyState struct {
 	key  string
-	salt uint64 // pairHash's share of the key, fixed per Set
+	salt uint64 // pairHash's share of the key, fixed per store
 	byTS []entry
 	head int
-	peak int // most ids held since byTS was last allocated
+	peak int // most entries held since byTS was last allocated
 
-	// The bucket last marked dirty, in generation markedGen of the Set:
-	// most events of a key fall in its newest bucket, which is then marked
-	// once per commit rather than once per event (bucket.go).
-	marked    int64
-	markedGen uint64
-
-	sched     int64 // when scheduled: the W of its queue entry
+	sched     int64 // when scheduled: the wm of its queue entry
 	scheduled bool
-	dirty     bool // listed in Set.dirty
-	deleted   bool // no longer in Set.keys (replaced or emptied)
+	deleted   bool   // no longer in store.keys (replaced or emptied)
+	dirty     uint64 // the views that list it in their dirty
+	// marks[slot] is the bucket a view last marked dirty, in its
+	// generation gen: most events of a key fall in its newest bucket,
+	// which is then marked once per commit rather than once per event.
+	marks []mark
 }
 
+type mark struct {
+	bucket int64
+	gen    uint64
+}
+
+// entry is one remembered (ts, event_id) and the views that remember it.
 type entry struct {
-	ts int64
-	id string
+	ts   int64
+	id   string
+	mask uint64
 }
 
 func cmpEntry(a, b entry) int {
@@ -84,54 +115,32 @@ func New(horizonMs int64) (*Set, error) {
 	if horizonMs < 0 {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
-	return &Set{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
-		seed: maphash.MakeSeed(), idx: make(map[uint64]int64), gen: 1}, nil
+	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
+		seed: maphash.MakeSeed(), idx: make(map[uint64]int64)}
+	return st.newView(), nil
 }
 
-// newKey returns the empty state of key (not yet in s.keys).
-func (s *Set) newKey(key string) *keyState {
-	return &keyState{key: key, salt: maphash.String(s.seed, key) * 0x9e3779b97f4a7c15}
+// NewView returns a new empty Set (watermark NoWatermark) that shares s's
+// store: the same horizon and persistence (NewBucketed), for another rule
+// over the same input partition and key. Sharing pays when the views see
+// the same events: their watermarks should move together (rules with the
+// same watermark strategy), since an id is held until it has expired for
+// every view. At most MaxViews Sets share a store.
+func (s *Set) NewView() (*Set, error) {
+	if len(s.st.views) >= MaxViews {
+		return nil, fmt.Errorf("dedup: a store is shared by at most %d sets", MaxViews)
+	}
+	return s.st.newView(), nil
 }
 
-// pairHash is the index hash of (ks.key, id).
-func (s *Set) pairHash(ks *keyState, id string) uint64 {
-	return maphash.String(s.seed, id) ^ ks.salt
-}
-
-// lookup returns the ts with which ks remembers id. h is pairHash(ks, id).
-func (s *Set) lookup(ks *keyState, id string, h uint64) (int64, bool) {
-	if ts, ok := s.idx[h]; ok && ks.holds(ts, id) {
-		return ts, true
+func (st *store) newView() *Set {
+	v := &Set{st: st, slot: len(st.views), wm: NoWatermark, gen: 1}
+	v.bit = 1 << v.slot
+	if st.bucketMs > 0 {
+		v.dirtyB = map[BucketRef]struct{}{}
 	}
-	if len(s.coll) > 0 {
-		ts, ok := s.coll[pair{ks.key, id}]
-		return ts, ok
-	}
-	return 0, false
-}
-
-// index adds e, new to ks, to the lookup index (not to byTS).
-func (s *Set) index(ks *keyState, e entry, h uint64) {
-	if _, taken := s.idx[h]; !taken {
-		s.idx[h] = e.ts
-		return
-	}
-	if s.coll == nil {
-		s.coll = make(map[pair]int64)
-	}
-	s.coll[pair{ks.key, e.id}] = e.ts
-}
-
-// unindex removes e, remembered by ks, from the lookup index.
-func (s *Set) unindex(ks *keyState, e entry) {
-	if len(s.coll) > 0 {
-		p := pair{ks.key, e.id}
-		if _, ok := s.coll[p]; ok {
-			delete(s.coll, p)
-			return
-		}
-	}
-	delete(s.idx, s.pairHash(ks, e.id))
+	st.views = append(st.views, v)
+	return v
 }
 
 // Watermark returns the set's watermark W, the largest value passed to
@@ -139,7 +148,7 @@ func (s *Set) unindex(ks *keyState, e entry) {
 func (s *Set) Watermark() int64 { return s.wm }
 
 // HorizonMs returns H.
-func (s *Set) HorizonMs() int64 { return s.h }
+func (s *Set) HorizonMs() int64 { return s.st.h }
 
 // Seen runs step 3 for a qualifying event: it reports whether an event
 // with the same key and eventID is remembered with ts >= W - H (a
@@ -150,24 +159,21 @@ func (s *Set) HorizonMs() int64 { return s.h }
 // that changes later (strings converted from a reused buffer with
 // unsafe.String, for example). Decoded events own their strings.
 func (s *Set) Seen(key, eventID string, ts int64) bool {
-	thr := subSat(s.wm, s.h)
-	ks := s.keys[key]
+	st := s.st
+	thr := subSat(s.wm, st.h)
+	ks := st.keys[key]
 	var h uint64
 	if ks != nil {
-		h = s.pairHash(ks, eventID)
-		if r, ok := s.lookup(ks, eventID, h); ok {
-			if r >= thr {
+		h = st.pairHash(ks, eventID)
+		if i := st.remembered(ks, eventID, h, s.bit); i >= 0 {
+			if ks.byTS[i].ts >= thr {
 				return true
 			}
-			// Unreachable: Advance and LoadKey forget every id with
-			// ts < W - H. Replace the entry all the same, so that
-			// correctness does not rest on that.
-			s.remove(ks, entry{ts: r, id: eventID})
-			s.nIDs--
-			s.markDirty(ks)
-			s.markBucket(ks, r)
-			if ks.live() == 0 {
-				s.deleteKey(ks)
+			// Expired for this view but still held: another view's W
+			// is behind (or, with one view, unreachable: Advance and
+			// LoadKey forget every id with ts < W - H). This view
+			// forgets it now, as a Set of its own would have.
+			if st.forget(ks, i, s) {
 				ks = nil
 			}
 		}
@@ -178,88 +184,249 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		return false
 	}
 	if ks == nil {
-		ks = s.newKey(key)
-		s.keys[key] = ks
-		h = s.pairHash(ks, eventID)
+		ks = st.newKey(key)
+		st.keys[key] = ks
+		h = st.pairHash(ks, eventID)
 	}
-	e := entry{ts: ts, id: eventID}
-	s.index(ks, e, h)
-	ks.insert(e)
+	st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
 	s.nIDs++
 	s.markDirty(ks)
 	s.markBucket(ks, ts)
-	s.reschedule(ks)
+	st.reschedule(ks)
 	return false
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)
 // and forgets every id with ts < W - H, deleting keys left with none. The
-// keys it changes are marked dirty. It costs O(1) when nothing expires.
+// keys it changes are marked dirty. It costs O(1) when nothing expires
+// (and O(views) when the store shares views).
 func (s *Set) Advance(w int64) {
 	if w <= s.wm {
 		return
 	}
 	s.wm = w
-	for len(s.due) > 0 && s.due[0].at <= w {
-		d := s.due.pop()
+	st := s.st
+	low := w
+	for _, v := range st.views {
+		low = min(low, v.wm)
+	}
+	st.advance(low)
+}
+
+// advance moves the store's watermark to w (the smallest of the views')
+// and prunes the keys that came due.
+func (st *store) advance(w int64) {
+	if w <= st.wm {
+		return
+	}
+	st.wm = w
+	for len(st.due) > 0 && st.due[0].at <= w {
+		d := st.due.pop()
 		ks := d.ks
 		if ks.deleted || !ks.scheduled || ks.sched != d.at {
 			continue // stale entry
 		}
 		ks.scheduled = false
-		s.prune(ks)
+		st.prune(ks)
 	}
 }
 
-// prune forgets ks's ids with ts < W - H, deletes ks if it is left empty,
-// else queues it at its next deadline.
-func (s *Set) prune(ks *keyState) {
-	thr := subSat(s.wm, s.h)
-	k := ks.head
-	last := int64(0)
-	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
-		s.unindex(ks, ks.byTS[k])
-		if s.bucketMs > 0 {
-			if b := s.BucketOf(ks.byTS[k].ts); k == ks.head || b != last {
-				s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
-				last = b
+// ---- the store ----
+
+// newKey returns the empty state of key (not yet in st.keys).
+func (st *store) newKey(key string) *keyState {
+	return &keyState{key: key, salt: maphash.String(st.seed, key) * 0x9e3779b97f4a7c15}
+}
+
+// pairHash is the index hash of (ks.key, id).
+func (st *store) pairHash(ks *keyState, id string) uint64 {
+	return maphash.String(st.seed, id) ^ ks.salt
+}
+
+// first returns the ts of the first entry of (ks.key, id). h is
+// pairHash(ks, id).
+func (st *store) first(ks *keyState, id string, h uint64) (int64, bool) {
+	if ts, ok := st.idx[h]; ok && ks.find(ts, id) >= 0 {
+		return ts, true
+	}
+	if len(st.coll) > 0 {
+		ts, ok := st.coll[pair{ks.key, id}]
+		return ts, ok
+	}
+	return 0, false
+}
+
+// remembered returns the index in ks.byTS of the entry of id that the
+// views of mask remember, or -1.
+func (st *store) remembered(ks *keyState, id string, h uint64, mask uint64) int {
+	ts, ok := st.first(ks, id, h)
+	if !ok {
+		return -1
+	}
+	if i := ks.find(ts, id); i >= 0 && ks.byTS[i].mask&mask != 0 {
+		return i
+	}
+	if len(st.more) > 0 {
+		for _, t := range st.more[pair{ks.key, id}] {
+			if i := ks.find(t, id); i >= 0 && ks.byTS[i].mask&mask != 0 {
+				return i
 			}
+		}
+	}
+	return -1
+}
+
+// remember adds e.mask's views to the entry (e.ts, e.id) of ks, creating
+// it when there is none. None of them remembers e.id yet. h is
+// pairHash(ks, e.id).
+func (st *store) remember(ks *keyState, e entry, h uint64) {
+	ts, ok := st.first(ks, e.id, h)
+	switch {
+	case !ok:
+		st.index(ks, e, h)
+	case ts == e.ts:
+		ks.byTS[ks.find(ts, e.id)].mask |= e.mask
+		return
+	default:
+		p := pair{ks.key, e.id}
+		for _, t := range st.more[p] {
+			if t == e.ts {
+				ks.byTS[ks.find(t, e.id)].mask |= e.mask
+				return
+			}
+		}
+		if st.more == nil {
+			st.more = make(map[pair][]int64)
+		}
+		st.more[p] = append(st.more[p], e.ts)
+	}
+	ks.insert(e)
+}
+
+// index makes e, the first entry of its pair, findable.
+func (st *store) index(ks *keyState, e entry, h uint64) {
+	if _, taken := st.idx[h]; !taken {
+		st.idx[h] = e.ts
+		return
+	}
+	if st.coll == nil {
+		st.coll = make(map[pair]int64)
+	}
+	st.coll[pair{ks.key, e.id}] = e.ts
+}
+
+// unindex removes e, an entry of ks, from the index; when it was the first
+// entry of its pair, the next one (if any) takes its place.
+func (st *store) unindex(ks *keyState, e entry) {
+	p := pair{ks.key, e.id}
+	if len(st.more) > 0 {
+		if ts := st.more[p]; len(ts) > 0 {
+			if k := slices.Index(ts, e.ts); k >= 0 {
+				st.setMore(p, slices.Delete(ts, k, k+1))
+				return
+			}
+			// e is the first entry: the next one takes its place.
+			st.dropFirst(ks, p)
+			st.setMore(p, ts[1:])
+			st.index(ks, entry{ts: ts[0], id: e.id}, st.pairHash(ks, e.id))
+			return
+		}
+	}
+	st.dropFirst(ks, p)
+}
+
+func (st *store) setMore(p pair, ts []int64) {
+	if len(ts) == 0 {
+		delete(st.more, p)
+	} else {
+		st.more[p] = ts
+	}
+}
+
+// dropFirst removes the first entry of p from idx or coll.
+func (st *store) dropFirst(ks *keyState, p pair) {
+	if len(st.coll) > 0 {
+		if _, ok := st.coll[p]; ok {
+			delete(st.coll, p)
+			return
+		}
+	}
+	delete(st.idx, st.pairHash(ks, p.id))
+}
+
+// forget makes view v forget the entry ks.byTS[i] (which it remembers),
+// deleting the entry when no view remembers it any more, and ks when it is
+// left empty (then it returns true).
+func (st *store) forget(ks *keyState, i int, v *Set) bool {
+	v.markDirty(ks)
+	v.markBucket(ks, ks.byTS[i].ts)
+	return st.unmark(ks, i, v)
+}
+
+// unmark is forget without marking anything dirty.
+func (st *store) unmark(ks *keyState, i int, v *Set) bool {
+	e := &ks.byTS[i]
+	e.mask &^= v.bit
+	v.nIDs--
+	if e.mask != 0 {
+		return false
+	}
+	st.unindex(ks, *e)
+	ks.removeAt(i)
+	if ks.live() == 0 {
+		st.deleteKey(ks)
+		return true
+	}
+	return false
+}
+
+// prune forgets ks's entries with ts < wm - H, deletes ks if it is left
+// empty, else queues it at its next deadline.
+func (st *store) prune(ks *keyState) {
+	thr := subSat(st.wm, st.h)
+	k := ks.head
+	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
+		e := ks.byTS[k]
+		st.unindex(ks, e)
+		for m := e.mask; m != 0; m &= m - 1 {
+			v := st.views[bits.TrailingZeros64(m)]
+			v.nIDs--
+			v.markDirty(ks)
+			v.markBucket(ks, e.ts)
 		}
 		k++
 	}
-	if n := k - ks.head; n > 0 {
+	if k > ks.head {
 		clear(ks.byTS[ks.head:k])
 		ks.head = k
-		s.nIDs -= n
-		s.markDirty(ks)
 	}
 	if ks.live() == 0 {
-		s.deleteKey(ks)
+		st.deleteKey(ks)
 		return
 	}
 	ks.shrink()
-	s.reschedule(ks)
+	st.reschedule(ks)
 }
 
-// deadline returns the smallest W at which ks's oldest id expires, or false
-// when it never does (ts + H + 1 overflows) or ks is empty.
-func (s *Set) deadline(ks *keyState) (int64, bool) {
+// deadline returns the smallest wm at which ks's oldest entry expires, or
+// false when it never does (ts + H + 1 overflows) or ks is empty.
+func (st *store) deadline(ks *keyState) (int64, bool) {
 	if ks.live() == 0 {
 		return 0, false
 	}
 	// ts < W - H  <=>  W >= ts + H + 1
 	t := ks.byTS[ks.head].ts
-	if t > math.MaxInt64-s.h-1 {
+	if t > math.MaxInt64-st.h-1 {
 		return 0, false
 	}
-	return t + s.h + 1, true
+	return t + st.h + 1, true
 }
 
 // reschedule makes sure ks is queued no later than its deadline. An entry
 // already queued at or before it stays (it is popped early and prunes
 // less, then requeues); that keeps the queue at about one entry per key.
-func (s *Set) reschedule(ks *keyState) {
-	d, ok := s.deadline(ks)
+func (st *store) reschedule(ks *keyState) {
+	d, ok := st.deadline(ks)
 	if !ok {
 		ks.scheduled = false
 		return
@@ -268,18 +435,20 @@ func (s *Set) reschedule(ks *keyState) {
 		return
 	}
 	ks.sched, ks.scheduled = d, true
-	s.due.push(dueEntry{at: d, ks: ks})
+	st.due.push(dueEntry{at: d, ks: ks})
 }
 
-// deleteKey removes ks, which holds no ids, from the set.
-func (s *Set) deleteKey(ks *keyState) {
-	delete(s.keys, ks.key)
+// deleteKey removes ks, which holds no entries, from the store.
+func (st *store) deleteKey(ks *keyState) {
+	delete(st.keys, ks.key)
 	ks.deleted, ks.scheduled = true, false
 }
 
+// ---- per view ----
+
 func (s *Set) markDirty(ks *keyState) {
-	if !ks.dirty {
-		ks.dirty = true
+	if ks.dirty&s.bit == 0 {
+		ks.dirty |= s.bit
 		s.dirty = append(s.dirty, ks.key)
 	}
 }
@@ -296,8 +465,8 @@ func (s *Set) Dirty() []string {
 // ClearDirty forgets what Dirty reported (call it after persisting).
 func (s *Set) ClearDirty() {
 	for _, k := range s.dirty {
-		if ks := s.keys[k]; ks != nil {
-			ks.dirty = false
+		if ks := s.st.keys[k]; ks != nil {
+			ks.dirty &^= s.bit
 		}
 	}
 	clear(s.dirty)
@@ -308,27 +477,56 @@ func (s *Set) ClearDirty() {
 
 // Stats counts the set's state.
 type Stats struct {
-	Keys int // keys with at least one remembered id
-	IDs  int // remembered (key, event_id) pairs, all with ts >= W - H
+	Keys int // keys with at least one remembered id (in the shared store)
+	IDs  int // (key, event_id) pairs this Set remembers
 }
 
-// Stats returns the current counts. O(1).
-func (s *Set) Stats() Stats { return Stats{Keys: len(s.keys), IDs: s.nIDs} }
+// Stats returns the current counts. O(1). With shared views, Keys counts
+// the store's keys, and IDs may include ids that expired for this view
+// while another view's watermark is behind.
+func (s *Set) Stats() Stats { return Stats{Keys: len(s.st.keys), IDs: s.nIDs} }
 
 // String is for debugging.
 func (s *Set) String() string {
-	return fmt.Sprintf("dedup.Set{W: %d, H: %d, keys: %d, ids: %d}", s.wm, s.h, len(s.keys), s.nIDs)
+	return fmt.Sprintf("dedup.Set{W: %d, H: %d, keys: %d, ids: %d, views: %d}", s.wm, s.st.h, len(s.st.keys), s.nIDs, len(s.st.views))
+}
+
+// mine returns ks's live entries that s remembers and that have not
+// expired for it, in (ts, id) order, appended to dst.
+func (s *Set) mine(dst []entry, es []entry) []entry {
+	thr := subSat(s.wm, s.st.h)
+	for _, e := range es {
+		if e.mask&s.bit != 0 && e.ts >= thr {
+			dst = append(dst, e)
+		}
+	}
+	return dst
 }
 
 // ---- per-key storage ----
 
 func (ks *keyState) live() int { return len(ks.byTS) - ks.head }
 
-// insert adds e (its id not yet in byTS) in (ts, id) order. In-order
-// arrivals append. When the slice is full, its expired front is reused if
-// it is at least half the live ids (a copy of the live ids per at least
-// live/2 inserts), else the slice is reallocated at twice the live ids; so
-// a key whose id count varies by less than a third allocates nothing.
+// find returns the index in byTS of the live entry (ts, id), or -1. Most
+// lookups are of the newest entry (the other views of a record).
+func (ks *keyState) find(ts int64, id string) int {
+	if n := len(ks.byTS); n > ks.head {
+		if e := &ks.byTS[n-1]; e.ts == ts && e.id == id {
+			return n - 1
+		}
+	}
+	i, ok := slices.BinarySearchFunc(ks.byTS[ks.head:], entry{ts: ts, id: id}, cmpEntry)
+	if !ok {
+		return -1
+	}
+	return ks.head + i
+}
+
+// insert adds e (not yet in byTS) in (ts, id) order. In-order arrivals
+// append. When the slice is full, its expired front is reused if it is at
+// least half the live entries (a copy of the live ones per at least live/2
+// inserts), else the slice is reallocated at twice the live entries; so a
+// key whose entry count varies by less than a third allocates nothing.
 func (ks *keyState) insert(e entry) {
 	if n := len(ks.byTS); n == cap(ks.byTS) && ks.head > 0 {
 		live := n - ks.head
@@ -352,18 +550,9 @@ func (ks *keyState) insert(e entry) {
 	ks.peak = max(ks.peak, ks.live())
 }
 
-// holds reports whether byTS holds (ts, id).
-func (ks *keyState) holds(ts int64, id string) bool {
-	_, ok := slices.BinarySearchFunc(ks.byTS[ks.head:], entry{ts: ts, id: id}, cmpEntry)
-	return ok
-}
-
-// remove deletes e, which ks remembers, from the index and byTS.
-func (s *Set) remove(ks *keyState, e entry) {
-	s.unindex(ks, e)
-	if i, ok := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry); ok {
-		ks.byTS = slices.Delete(ks.byTS, ks.head+i, ks.head+i+1)
-	}
+// removeAt deletes byTS[i] (already unindexed).
+func (ks *keyState) removeAt(i int) {
+	ks.byTS = slices.Delete(ks.byTS, i, i+1)
 	if ks.live() == 0 {
 		ks.byTS, ks.head = ks.byTS[:0], 0
 	}
@@ -375,7 +564,7 @@ const shrinkMin = 64
 // shrink rebuilds byTS at its current size once at most an eighth of its
 // peak is left, so that a burst on one key does not hold memory for as
 // long as the key lives. The rebuild costs O(live) after at least 7*live
-// expiries. (The set's index is one map whose size follows the set's.)
+// expiries. (The store's index is one map whose size follows the store's.)
 func (ks *keyState) shrink() {
 	live := ks.live()
 	if ks.peak < shrinkMin || live > ks.peak/8 {

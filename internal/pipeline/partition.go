@@ -119,7 +119,30 @@ func (w *Partition) sweepCool() {
 }
 
 // NewPartition returns empty state for one input partition.
-func (s *Stage) NewPartition() *Partition {
+func (s *Stage) NewPartition() *Partition { return s.NewPartitionShared(nil) }
+
+// DedupShare holds, per sharing key, a dedup Set of one input partition
+// whose store the aggregating rules over that partition share: each event
+// id is then held once with the rules that remember it, and a record costs
+// one hash lookup for all of them instead of one per rule (the largest
+// cost of ten rules over one topic, docs/BENCHMARKS.md). Every rule keeps
+// the verdicts and the persisted entries of a set of its own (package
+// dedup, Set.NewView). The zero value (nil) shares nothing.
+type DedupShare map[string]*dedup.Set
+
+// dedupShareKey groups the rules whose dedup sets can share a store: the
+// same horizon (a store has one) and the same watermark strategy, so that
+// their watermarks move together and an id is held no longer than each
+// needs it.
+func (s *Stage) dedupShareKey() string {
+	return fmt.Sprintf("%d %+v", s.c.DedupHorizonMs, s.c.Rule.Watermark)
+}
+
+// NewPartitionShared is NewPartition for a rule that shares its dedup
+// store with the other rules of share over the same input partition (an
+// aggregating rule joins or starts the group of its dedupShareKey; a
+// sliding rule deduplicates inside its window state). share may be nil.
+func (s *Stage) NewPartitionShared(share DedupShare) *Partition {
 	w := &Partition{filter: s.c.NewFilter()}
 	var err error
 	if s.wm != nil {
@@ -134,13 +157,29 @@ func (s *Stage) NewPartition() *Partition {
 		cfg := s.agg
 		cfg.Fires = w.thr.Predicate()
 		if w.agg, err = aggwindow.NewPartition(cfg); err == nil {
-			w.dd, err = dedup.NewBucketed(s.c.DedupHorizonMs, DedupBucketMs(s.c.DedupHorizonMs))
+			w.dd, err = s.newDedup(share)
 		}
 	}
 	if err != nil {
 		panic(err) // the configuration was validated in NewRuleStage
 	}
 	return w
+}
+
+// newDedup returns the rule's dedup Set: a view of share's store for its
+// key, or a Set of its own (then shared under the key).
+func (s *Stage) newDedup(share DedupShare) (*dedup.Set, error) {
+	key := s.dedupShareKey()
+	if base := share[key]; base != nil {
+		if v, err := base.NewView(); err == nil {
+			return v, nil
+		} // more rules than a store takes: this one gets its own
+	}
+	set, err := dedup.NewBucketed(s.c.DedupHorizonMs, DedupBucketMs(s.c.DedupHorizonMs))
+	if err == nil && share != nil && share[key] == nil {
+		share[key] = set
+	}
+	return set, err
 }
 
 // srcState is what a repartition partition knows of one source

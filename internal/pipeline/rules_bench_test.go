@@ -142,8 +142,9 @@ func BenchmarkRuleStages(b *testing.B) {
 			parts := make([]*Partition, n)
 			accts := make([]Accounting, n)
 			fresh := func() {
+				share := DedupShare{} // as consume: the rules of a partition share dedup stores
 				for j, s := range stages {
-					parts[j] = s.NewPartition()
+					parts[j] = s.NewPartitionShared(share)
 				}
 			}
 			fresh()

@@ -31,6 +31,15 @@ const FormatVersion = 1
 // not a tombstone.
 var versionKey = []byte("v")
 
+// memTableSize is Pebble's memtable size. Every commit rewrites the state
+// entries its batch changed, so most entries are overwritten within
+// seconds: with Pebble's default (4 MiB) a rule that takes every event
+// flushed and compacted several times a second (7% of the processor's CPU
+// with 10 rules, docs/BENCHMARKS.md); entries overwritten within one
+// memtable never reach a table. Pebble grows a store's memtables up to this
+// size as they fill, so a quiet rule does not hold it.
+const memTableSize = 16 << 20
+
 func partitionPrefix(p int32) []byte {
 	k := make([]byte, 5, 32)
 	k[0] = 'p'
@@ -94,7 +103,7 @@ func (s *Store) open() (*pebble.DB, error) {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create dir: %w", err)
 	}
-	db, err := pebble.Open(s.dir, &pebble.Options{Logger: quietLogger{s.logger}})
+	db, err := pebble.Open(s.dir, &pebble.Options{Logger: quietLogger{s.logger}, MemTableSize: memTableSize})
 	if err != nil {
 		return nil, err
 	}
