@@ -6,43 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"unicode/utf8"
 )
-
-// wireAlert is the JSON value, members in their documented order.
-type wireAlert struct {
-	AlertID     string         `json:"alert_id"`
-	Revision    int            `json:"revision"`
-	Status      string         `json:"status"`
-	MergedInto  string         `json:"merged_into,omitempty"`
-	RuleID      string         `json:"rule_id"`
-	RuleVersion int            `json:"rule_version"`
-	MachineID   string         `json:"machine_id"`
-	Start       string         `json:"start"`
-	End         string         `json:"end"`
-	Count       int            `json:"count"`
-	KeyField    string         `json:"key_field,omitempty"`
-	Key         string         `json:"key,omitempty"`
-	Aggregate   *wireAggregate `json:"aggregate,omitempty"`
-	Evidence    []wireEvidence `json:"evidence"`
-	Late        bool           `json:"late"`
-	Watermark   *string        `json:"watermark"`
-	Reason      string         `json:"reason"`
-}
-
-// wireAggregate is the optional aggregate member of aggregating rules.
-type wireAggregate struct {
-	Fn    string  `json:"fn"`
-	Value float64 `json:"value"`
-}
-
-type wireEvidence struct {
-	EventID   string  `json:"event_id"`
-	SensorID  string  `json:"sensor_id"`
-	TS        string  `json:"ts"`
-	Value     float64 `json:"value"`
-	Partition int32   `json:"partition"`
-	Offset    int64   `json:"offset"`
-}
 
 // Encode returns the alert's JSON value (SPEC section 3): one line, no
 // trailing newline, members in the documented order, times as RFC 3339 UTC
@@ -52,47 +18,301 @@ type wireEvidence struct {
 // alert that the schema cannot express: an unknown status, merged_into
 // present without status merged or missing with it, a negative revision or
 // count, a time outside years 0000..9999, or a non-finite evidence value.
+//
+// The encoder is hand-written (append-based, one allocation for the output)
+// because encoding/json's reflection showed up at ~5% of the processor's CPU.
+// Its output is byte-identical to what encoding/json wrote for the former
+// struct-tag types, not merely equivalent JSON: replays and the determinism
+// tests compare alert bytes with those of earlier runs, so any change in
+// escaping, number form or member order would read as a different alert.
+// wire_diff_test.go keeps the encoding/json version as the reference and
+// compares both, by hand-picked cases and by fuzzing.
 func (a Alert) Encode() ([]byte, error) {
 	if err := a.check(); err != nil {
 		return nil, fmt.Errorf("alerts: encode %s rev %d: %w", a.AlertID, a.Revision, err)
 	}
-	w := wireAlert{
-		AlertID:     a.AlertID,
-		Revision:    a.Revision,
-		Status:      a.Status,
-		MergedInto:  a.MergedInto,
-		RuleID:      a.RuleID,
-		RuleVersion: a.RuleVersion,
-		MachineID:   a.MachineID,
-		Start:       FormatTime(a.Start),
-		End:         FormatTime(a.End),
-		Count:       a.Count,
-		KeyField:    a.KeyField,
-		Key:         a.Key,
-		Evidence:    make([]wireEvidence, len(a.Evidence)),
-		Late:        a.Late,
-		Reason:      a.Reason,
+	// After check nothing can fail: every float is finite and every time is
+	// in the four-digit-year range appendTime handles.
+	return a.appendJSON(make([]byte, 0, a.sizeHint())), nil
+}
+
+// Upper bounds of the unquoted pieces whose length depends on the value.
+const (
+	maxIntLen   = len("-9223372036854775808")
+	maxInt32Len = len("-2147483648")
+	// The longest encoding/json float64: 17 significant digits in 'f' form
+	// just above 1e-6 ("-0.0000010000000000000002") or in 'e' form
+	// ("-1.7976931348623157e+308").
+	maxFloatLen = len("-0.0000010000000000000002")
+	timeLen     = len(timeLayout)
+)
+
+// The constant parts of an alert and of one evidence object, with every
+// optional member present; sizeHint adds the variable parts to them.
+const (
+	alertSkeleton = `{"alert_id":"","revision":,"status":"","merged_into":"","rule_id":"",` +
+		`"rule_version":,"machine_id":"","start":"","end":"","count":,"key_field":"","key":"",` +
+		`"aggregate":{"fn":"","value":},"evidence":[],"late":false,"watermark":"","reason":""}`
+	evidenceSkeleton = `{"event_id":"","sensor_id":"","ts":"","value":,"partition":,"offset":},`
+)
+
+// sizeHint is an upper bound of the encoded length when no string needs an
+// escape, so that Encode allocates its output once; escapes (rare in
+// practice) only cost a regrowth.
+func (a *Alert) sizeHint() int {
+	n := len(alertSkeleton) + 3*maxIntLen + 3*timeLen + maxFloatLen +
+		len(a.AlertID) + len(a.Status) + len(a.MergedInto) + len(a.RuleID) +
+		len(a.MachineID) + len(a.KeyField) + len(a.Key) + len(a.Reason)
+	if a.Aggregate != nil {
+		n += len(a.Aggregate.Fn)
 	}
-	for i, e := range a.Evidence {
-		w.Evidence[i] = wireEvidence{
-			EventID: e.EventID, SensorID: e.SensorID, TS: FormatTime(e.TS),
-			Value: e.Value, Partition: e.Partition, Offset: e.Offset,
+	for i := range a.Evidence {
+		e := &a.Evidence[i]
+		n += len(evidenceSkeleton) + timeLen + maxFloatLen + maxInt32Len + maxIntLen +
+			len(e.EventID) + len(e.SensorID)
+	}
+	return n
+}
+
+// appendJSON appends the alert's JSON value. Members, their order and the
+// omitempty rules are those of the former encoding/json struct tags:
+// merged_into, key_field and key are omitted when empty, aggregate when nil;
+// evidence is always an array ([] when nil or empty) and watermark is null
+// when it is WatermarkNone.
+func (a *Alert) appendJSON(b []byte) []byte {
+	b = append(b, `{"alert_id":`...)
+	b = appendString(b, a.AlertID)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, int64(a.Revision), 10)
+	b = append(b, `,"status":`...)
+	b = appendString(b, a.Status)
+	b = appendOptionalString(b, `,"merged_into":`, a.MergedInto)
+	b = append(b, `,"rule_id":`...)
+	b = appendString(b, a.RuleID)
+	b = append(b, `,"rule_version":`...)
+	b = strconv.AppendInt(b, int64(a.RuleVersion), 10)
+	b = append(b, `,"machine_id":`...)
+	b = appendString(b, a.MachineID)
+	b = append(b, `,"start":`...)
+	b = appendQuotedTime(b, a.Start)
+	b = append(b, `,"end":`...)
+	b = appendQuotedTime(b, a.End)
+	b = append(b, `,"count":`...)
+	b = strconv.AppendInt(b, int64(a.Count), 10)
+	b = appendOptionalString(b, `,"key_field":`, a.KeyField)
+	b = appendOptionalString(b, `,"key":`, a.Key)
+	b = appendAggregate(b, a.Aggregate)
+	b = appendEvidence(b, a.Evidence)
+	b = append(b, `,"late":`...)
+	b = strconv.AppendBool(b, a.Late)
+	b = append(b, `,"watermark":`...)
+	if a.Watermark == WatermarkNone {
+		b = append(b, "null"...)
+	} else {
+		b = appendQuotedTime(b, a.Watermark)
+	}
+	b = append(b, `,"reason":`...)
+	b = appendString(b, a.Reason)
+	return append(b, '}')
+}
+
+// appendOptionalString appends member (its leading comma, name and colon)
+// and the string s, or nothing when s is empty (omitempty).
+func appendOptionalString(b []byte, member, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = append(b, member...)
+	return appendString(b, s)
+}
+
+// appendAggregate appends the aggregate member, or nothing when g is nil.
+func appendAggregate(b []byte, g *Aggregate) []byte {
+	if g == nil {
+		return b
+	}
+	b = append(b, `,"aggregate":{"fn":`...)
+	b = appendString(b, g.Fn)
+	b = append(b, `,"value":`...)
+	b = appendFloat(b, g.Value)
+	return append(b, '}')
+}
+
+// appendEvidence appends the evidence member; it is never null, since
+// encoding/json was given a non-nil slice even for a nil Evidence.
+func appendEvidence(b []byte, evidence []Evidence) []byte {
+	b = append(b, `,"evidence":[`...)
+	for i := range evidence {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		e := &evidence[i]
+		b = append(b, `{"event_id":`...)
+		b = appendString(b, e.EventID)
+		b = append(b, `,"sensor_id":`...)
+		b = appendString(b, e.SensorID)
+		b = append(b, `,"ts":`...)
+		b = appendQuotedTime(b, e.TS)
+		b = append(b, `,"value":`...)
+		b = appendFloat(b, e.Value)
+		b = append(b, `,"partition":`...)
+		b = strconv.AppendInt(b, int64(e.Partition), 10)
+		b = append(b, `,"offset":`...)
+		b = strconv.AppendInt(b, e.Offset, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string exactly as encoding/json does with
+// SetEscapeHTML(false): '"' and '\\' are backslash-escaped, \b \f \n \r \t
+// use their short escapes, other bytes below 0x20 become \u00xx (lower-case
+// hex), each invalid UTF-8 byte becomes \ufffd, and U+2028 and U+2029 become
+// \u2028 and \u2029 (for JSONP). Everything else, including '<', '>', '&'
+// and DEL, is copied as is.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0 // s[start:i] is pending: copied in one append when an escape comes
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			b = appendEscapedByte(b, c)
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendEscapedByte appends the escape of an ASCII byte that JSON (or
+// encoding/json) does not write as is: '"', '\\' or a control character.
+func appendEscapedByte(b []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\f':
+		return append(b, '\\', 'f')
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
+
+// appendFloat appends a finite f as encoding/json writes a float64 (ES6
+// number-to-string): the shortest decimal that reads back as f, in 'f' form
+// unless |f| < 1e-6 or |f| >= 1e21, where it uses 'e' form with the
+// exponent's leading zero dropped (1e-07 becomes 1e-7). Negative zero is
+// written "-0", as encoding/json does.
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// A two-digit negative exponent "e-0d" becomes "e-d".
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
 		}
 	}
-	if a.Aggregate != nil {
-		w.Aggregate = &wireAggregate{Fn: a.Aggregate.Fn, Value: a.Aggregate.Value}
+	return b
+}
+
+// appendQuotedTime appends FormatTime(ms) as a JSON string; its characters
+// never need an escape.
+func appendQuotedTime(b []byte, ms int64) []byte {
+	b = append(b, '"')
+	b = appendTime(b, ms)
+	return append(b, '"')
+}
+
+const (
+	msPerDay = 24 * 60 * 60 * 1000
+	// daysPer400Years is the length of the Gregorian cycle.
+	daysPer400Years = 146097
+	// daysJanFeb0000 is the number of days in January and February of year
+	// 0000 (a leap year): appendTime counts years from 1 March.
+	daysJanFeb0000 = 31 + 29
+)
+
+// appendTime appends FormatTime(ms) without allocating. It is exact only for
+// minWireMs <= ms <= maxWireMs (years 0000..9999), the only times check lets
+// through; wire_diff_test.go compares it with FormatTime over that range.
+func appendTime(b []byte, ms int64) []byte {
+	sinceYear0 := ms - minWireMs // >= 0; minWireMs is a midnight
+	days, msOfDay := sinceYear0/msPerDay, sinceYear0%msPerDay
+	year, month, day := civilDate(days)
+	// Filled in place in a copy of the layout, then appended at once.
+	t := [len(timeLayout)]byte{'0', '0', '0', '0', '-', '0', '0', '-', '0', '0', 'T',
+		'0', '0', ':', '0', '0', ':', '0', '0', '.', '0', '0', '0', 'Z'}
+	putDigits(t[0:4], year)
+	putDigits(t[5:7], month)
+	putDigits(t[8:10], day)
+	putDigits(t[11:13], msOfDay/3_600_000)
+	putDigits(t[14:16], msOfDay/60_000%60)
+	putDigits(t[17:19], msOfDay/1000%60)
+	putDigits(t[20:23], msOfDay%1000)
+	return append(b, t[:]...)
+}
+
+// civilDate converts days since 0000-01-01 (proleptic Gregorian, >= 0) to a
+// year, month and day, after Howard Hinnant's civil_from_days: years start on
+// 1 March so that the leap day ends them. The count is shifted by one
+// 400-year cycle to keep every division on non-negative numbers (January and
+// February of year 0000 belong to the March-based year -1).
+func civilDate(days int64) (year, month, day int64) {
+	z := days - daysJanFeb0000 + daysPer400Years // days since -0400-03-01
+	era, doe := z/daysPer400Years, z%daysPer400Years
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365 // [0, 399]
+	doy := doe - (365*yoe + yoe/4 - yoe/100)               // [0, 365], from 1 March
+	mp := (5*doy + 2) / 153                                // [0, 11], March = 0
+	day = doy - (153*mp+2)/5 + 1
+	month = mp + 3
+	year = yoe + (era-1)*400
+	if month > 12 {
+		month -= 12
+		year++
 	}
-	if a.Watermark != WatermarkNone {
-		s := FormatTime(a.Watermark)
-		w.Watermark = &s
+	return year, month, day
+}
+
+// putDigits writes v (>= 0) in decimal into dst, zero-padded to len(dst)
+// digits.
+func putDigits(dst []byte, v int64) {
+	for i := len(dst) - 1; i >= 0; i-- {
+		dst[i] = byte('0' + v%10)
+		v /= 10
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&w); err != nil {
-		return nil, fmt.Errorf("alerts: encode %s rev %d: %w", a.AlertID, a.Revision, err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
 // check reports the first field the JSON schema cannot express.
@@ -141,8 +361,10 @@ func (a *Alert) check() error {
 		}
 	}
 	for i, e := range a.Evidence {
-		if err := checkTime(fmt.Sprintf("evidence[%d].ts", i), e.TS); err != nil {
-			return err
+		// The field name is formatted only on failure: Sprintf on every
+		// event cost one allocation each on Encode's hot path.
+		if !timeInRange(e.TS) {
+			return checkTime(fmt.Sprintf("evidence[%d].ts", i), e.TS)
 		}
 		if math.IsNaN(e.Value) || math.IsInf(e.Value, 0) {
 			return fmt.Errorf("evidence[%d].value %v, want a finite number", i, e.Value)
@@ -152,10 +374,16 @@ func (a *Alert) check() error {
 }
 
 func checkTime(field string, ms int64) error {
-	if ms < minWireMs || ms > maxWireMs {
+	if !timeInRange(ms) {
 		return fmt.Errorf("%s %d ms is outside years 0000..9999", field, ms)
 	}
 	return nil
+}
+
+// timeInRange reports whether ms is in years 0000..9999, the range of the
+// wire time format.
+func timeInRange(ms int64) bool {
+	return ms >= minWireMs && ms <= maxWireMs
 }
 
 // Decode parses an alert JSON value written by Encode. It is strict: every
