@@ -92,11 +92,7 @@ func (s *Set) EncodeBucket(key string, bucket int64) []byte {
 	for j < len(es) && s.BucketOf(es[j].ts) == bucket {
 		j++
 	}
-	mine := s.mine(nil, es[i:j])
-	if len(mine) == 0 {
-		return nil
-	}
-	return encodeEntries(mine)
+	return encodeEntries(es[i:j], s.bit, subSat(s.wm, s.st.h))
 }
 
 // LoadBucket adds the ids of one persisted (key, bucket) entry to the set.

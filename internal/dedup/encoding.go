@@ -33,29 +33,39 @@ func (s *Set) EncodeKey(key string) []byte {
 	if ks == nil || ks.live() == 0 {
 		return nil
 	}
-	mine := s.mine(nil, ks.byTS[ks.head:])
-	if len(mine) == 0 {
-		return nil
-	}
-	return encodeEntries(mine)
+	return encodeEntries(ks.byTS[ks.head:], s.bit, subSat(s.wm, s.st.h))
 }
 
-// encodeEntries encodes entries sorted by (ts, id), at least one.
-func encodeEntries(es []entry) []byte {
-	size := 1 + binary.MaxVarintLen64 + binary.MaxVarintLen64
+// encodeEntries encodes the entries of es (sorted by (ts, id)) that a view
+// of mask remembers with ts >= thr, or returns nil when there is none.
+func encodeEntries(es []entry, mask uint64, thr int64) []byte {
+	n, size := 0, 1+2*binary.MaxVarintLen64
 	for _, e := range es {
-		size += 2 + len(e.id)
+		if e.mask&mask != 0 && e.ts >= thr {
+			n++
+			size += 3 + len(e.id)
+		}
+	}
+	if n == 0 {
+		return nil
 	}
 	b := make([]byte, 0, size)
 	b = append(b, formatVersion)
-	b = codec.AppendUvarint(b, uint64(len(es)))
-	for i, e := range es {
-		if i == 0 {
-			b = codec.AppendVarint(b, e.ts)
-		} else {
-			// Exact: 0 <= ts[i] - ts[i-1] < 2^64, computed mod 2^64.
-			b = codec.AppendUvarint(b, uint64(e.ts)-uint64(es[i-1].ts))
+	b = codec.AppendUvarint(b, uint64(n))
+	var prev int64
+	first := true
+	for _, e := range es {
+		if e.mask&mask == 0 || e.ts < thr {
+			continue
 		}
+		if first {
+			b = codec.AppendVarint(b, e.ts)
+			first = false
+		} else {
+			// Exact: 0 <= ts - prev < 2^64, computed mod 2^64.
+			b = codec.AppendUvarint(b, uint64(e.ts)-uint64(prev))
+		}
+		prev = e.ts
 		b = codec.AppendString(b, e.id)
 	}
 	return b

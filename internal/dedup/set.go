@@ -64,6 +64,19 @@ type store struct {
 
 	views    []*Set
 	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
+
+	// last caches the latest first() answer: the views of one record ask
+	// for the same pair one after the other.
+	last lastFirst
+}
+
+// lastFirst is a cached first(): ok and ts for (ks, id). Invalidated when
+// the first entry of a pair is indexed or unindexed.
+type lastFirst struct {
+	ks *keyState
+	id string
+	ts int64
+	ok bool
 }
 
 // pair is a held (key, event_id).
@@ -246,14 +259,18 @@ func (st *store) pairHash(ks *keyState, id string) uint64 {
 // first returns the ts of the first entry of (ks.key, id). h is
 // pairHash(ks, id).
 func (st *store) first(ks *keyState, id string, h uint64) (int64, bool) {
-	if ts, ok := st.idx[h]; ok && ks.find(ts, id) >= 0 {
-		return ts, true
+	if c := &st.last; c.ks == ks && c.id == id {
+		return c.ts, c.ok
 	}
-	if len(st.coll) > 0 {
-		ts, ok := st.coll[pair{ks.key, id}]
-		return ts, ok
+	ts, ok := st.idx[h]
+	if !ok || ks.find(ts, id) < 0 {
+		ts, ok = 0, false
+		if len(st.coll) > 0 {
+			ts, ok = st.coll[pair{ks.key, id}]
+		}
 	}
-	return 0, false
+	st.last = lastFirst{ks: ks, id: id, ts: ts, ok: ok}
+	return ts, ok
 }
 
 // remembered returns the index in ks.byTS of the entry of id that the
@@ -305,6 +322,7 @@ func (st *store) remember(ks *keyState, e entry, h uint64) {
 
 // index makes e, the first entry of its pair, findable.
 func (st *store) index(ks *keyState, e entry, h uint64) {
+	st.last = lastFirst{ks: ks, id: e.id, ts: e.ts, ok: true}
 	if _, taken := st.idx[h]; !taken {
 		st.idx[h] = e.ts
 		return
@@ -345,6 +363,7 @@ func (st *store) setMore(p pair, ts []int64) {
 
 // dropFirst removes the first entry of p from idx or coll.
 func (st *store) dropFirst(ks *keyState, p pair) {
+	st.last = lastFirst{}
 	if len(st.coll) > 0 {
 		if _, ok := st.coll[p]; ok {
 			delete(st.coll, p)
@@ -440,6 +459,7 @@ func (st *store) reschedule(ks *keyState) {
 
 // deleteKey removes ks, which holds no entries, from the store.
 func (st *store) deleteKey(ks *keyState) {
+	st.last = lastFirst{}
 	delete(st.keys, ks.key)
 	ks.deleted, ks.scheduled = true, false
 }
@@ -489,18 +509,6 @@ func (s *Set) Stats() Stats { return Stats{Keys: len(s.st.keys), IDs: s.nIDs} }
 // String is for debugging.
 func (s *Set) String() string {
 	return fmt.Sprintf("dedup.Set{W: %d, H: %d, keys: %d, ids: %d, views: %d}", s.wm, s.st.h, len(s.st.keys), s.nIDs, len(s.st.views))
-}
-
-// mine returns ks's live entries that s remembers and that have not
-// expired for it, in (ts, id) order, appended to dst.
-func (s *Set) mine(dst []entry, es []entry) []entry {
-	thr := subSat(s.wm, s.st.h)
-	for _, e := range es {
-		if e.mask&s.bit != 0 && e.ts >= thr {
-			dst = append(dst, e)
-		}
-	}
-	return dst
 }
 
 // ---- per-key storage ----
