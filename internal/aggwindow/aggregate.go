@@ -106,8 +106,12 @@ func (a *aggState) add(fn Fn, v float64) {
 	a.count++
 }
 
-// merge adds b's events to a.
+// merge adds b's events to a. a may be empty (a window rebuilt from its
+// panes on load), b must not be.
 func (a *aggState) merge(fn Fn, b *aggState) {
+	if a.count == 0 && (fn == Min || fn == Max) {
+		a.ext = b.ext // 0 is no extreme to compare with
+	}
 	switch fn {
 	case Sum, Avg:
 		for _, p := range b.partials {

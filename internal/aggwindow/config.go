@@ -178,3 +178,17 @@ func (c *Config) advance() int64 {
 	}
 	return c.AdvanceMs
 }
+
+// paneMs is the pane length of fixed windows, gcd(size, advance): the
+// largest length that cuts every window into whole panes (panes.go). 0 for
+// sessions.
+func (c *Config) paneMs() int64 {
+	if c.Kind == Session {
+		return 0
+	}
+	a, b := c.SizeMs, c.advance()
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

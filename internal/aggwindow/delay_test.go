@@ -103,8 +103,7 @@ func TestSetDelayMsRoundTrip(t *testing.T) {
 		delays := genDelays(rng, cfg, len(evs))
 		ref := mustPartition(t, cfg)
 		p := mustPartition(t, cfg)
-		store := map[string][]byte{}
-		var meta []byte
+		store := newMemStore()
 		for i, e := range evs {
 			q := i%4 != 3
 			for _, x := range []*Partition{ref, p} {
@@ -116,30 +115,9 @@ func TestSetDelayMsRoundTrip(t *testing.T) {
 			if got := p.Process(e, q); !reflect.DeepEqual(got, want) {
 				t.Fatalf("record %d: after reloads\n got %+v\nwant %+v", i, got, want)
 			}
-			keys, m := p.Dirty()
-			for _, k := range keys {
-				if b := p.EncodeKey(k); b != nil {
-					store[k] = b
-				} else {
-					delete(store, k)
-				}
-			}
-			if m {
-				meta = p.EncodeMeta()
-			}
-			p.ClearDirty()
+			store.persist(p)
 			if rng.IntN(8) == 0 {
-				p = mustPartition(t, cfg)
-				if meta != nil {
-					if err := p.LoadMeta(meta); err != nil {
-						t.Fatal(err)
-					}
-				}
-				for k, b := range store {
-					if err := p.LoadKey(k, b); err != nil {
-						t.Fatalf("reload %q: %v", k, err)
-					}
-				}
+				p = store.restore(t, cfg, rng)
 			}
 		}
 		if !reflect.DeepEqual(p.Advance(math.MaxInt64), ref.Advance(math.MaxInt64)) {

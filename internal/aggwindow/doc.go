@@ -102,6 +102,10 @@
 // caller's job (it passes the filter's verdict). Garbage collection is
 // closing: a window is removed when it closes, a key when it has no window
 // left, so the state holds only the windows that can still change.
+// Tumbling and hopping windows keep their evidence in panes they share
+// (panes.go), each removed when the last window containing it closes;
+// that changes what is stored and persisted (encoding.go), not what is
+// emitted.
 //
 // # What it must never do
 //

@@ -11,9 +11,10 @@ import (
 // the watermark and, per key, the windows that can still change. It is not
 // safe for concurrent use.
 type Partition struct {
-	cfg   Config
-	adv   int64                    // hop of fixed windows
-	order func(a, b *Evidence) int // evidence order of cfg.Fn
+	cfg    Config
+	adv    int64                    // hop of fixed windows
+	paneMs int64                    // pane length of fixed windows (panes.go)
+	order  func(a, b *Evidence) int // evidence order of cfg.Fn
 
 	wm   int64
 	keys map[string]*keyState
@@ -21,8 +22,9 @@ type Partition struct {
 
 	delayMs int64 // D: cfg.DelayMs unless SetDelayMs changed it
 
-	dirtyKeys []string // may hold repeats; Dirty sorts and compacts
-	dirtyMeta bool
+	dirtyKeys  []string // keys whose key entry changed; may hold repeats, Dirty sorts and compacts
+	dirtyPanes []*pane  // panes changed or dropped, each once (pane.dirty)
+	dirtyMeta  bool
 
 	nWindows, nFired int // for Stats
 }
@@ -33,7 +35,10 @@ type keyState struct {
 	// wins are the key's live windows sorted by start. Fixed windows have
 	// distinct starts aligned to the hop; sessions are disjoint with
 	// next.start >= previous.last + gap (else they would have merged).
-	wins  []*win
+	wins []*win
+	// panes are the non-empty panes of fixed windows sorted by start: every
+	// pane that a live window contains (panes.go). Sessions have none.
+	panes []*pane
 	dirty bool // listed in Partition.dirtyKeys
 }
 
@@ -43,7 +48,7 @@ type win struct {
 	start    int64
 	last     int64 // sessions: ts of the latest event; unused by fixed windows
 	agg      aggState
-	evidence []Evidence // sorted by the evidence order, at most EvidenceLimit
+	evidence []Evidence // sessions only (fixed windows build theirs from their panes): sorted by the evidence order, at most EvidenceLimit
 
 	fired   bool
 	alertID string // when fired
@@ -62,6 +67,7 @@ func NewPartition(cfg Config) (*Partition, error) {
 	return &Partition{
 		cfg:     cfg,
 		adv:     cfg.advance(),
+		paneMs:  cfg.paneMs(),
 		order:   evidenceOrder(cfg.Fn),
 		wm:      NoWatermark,
 		delayMs: cfg.DelayMs,
@@ -75,12 +81,12 @@ func NewPartition(cfg Config) (*Partition, error) {
 // 0..MaxDurationMs, like Config.DelayMs, which is the delay until
 // SetDelayMs is called. W never decreases whatever the delays.
 //
-// The delay is not part of the encoded state (EncodeMeta, EncodeKey): a
-// restored partition uses Config.DelayMs until the caller sets the delay
-// again, which a caller with a changing delay does before every Process
-// (it re-derives the delay from the log, as package watermark's Tracker
-// does after its own restore). Nothing in the encoded state depends on the
-// delay, so restore works whatever delays were used.
+// The delay is not part of the encoded state (EncodeMeta, EncodeKey,
+// EncodePane): a restored partition uses Config.DelayMs until the caller
+// sets the delay again, which a caller with a changing delay does before
+// every Process (it re-derives the delay from the log, as package
+// watermark's Tracker does after its own restore). Nothing in the encoded
+// state depends on the delay, so restore works whatever delays were used.
 func (p *Partition) SetDelayMs(d int64) error {
 	if d < 0 || d > MaxDurationMs {
 		return fmt.Errorf("%w: SetDelayMs(%d), must be 0..%d (milliseconds)", ErrInvalidConfig, d, MaxDurationMs)
@@ -147,12 +153,7 @@ func (p *Partition) Advance(w int64) []Revision {
 // apply adds a qualifying event to its key's windows and returns the
 // revisions that causes; w is W before the record.
 func (p *Partition) apply(ev *Event, w int64) []Revision {
-	ks := p.keys[ev.Key]
-	if ks == nil {
-		ks = &keyState{key: ev.Key}
-		p.keys[ev.Key] = ks
-	}
-	p.markDirty(ks)
+	ks := p.keyFor(ev.Key)
 	late := ev.TS < w
 	e := Evidence{EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value, Partition: ev.Partition, Offset: ev.Offset}
 	if p.cfg.Kind == Session {
@@ -161,14 +162,16 @@ func (p *Partition) apply(ev *Event, w int64) []Revision {
 	return p.applyFixed(ks, &e, late, w)
 }
 
-// applyFixed adds e to every tumbling or hopping window that contains it,
-// in order of start. All of them are live: a window closes at
+// applyFixed adds e to its pane (aggregate and evidence) and to the
+// aggregate of every tumbling or hopping window that contains it, judging
+// each in order of start. All of them are live: a window closes at
 // W - L >= end, and e has ts >= W - L and ts < end.
 func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []Revision {
+	p.addToPane(ks, e)
 	var revs []Revision
 	size := p.cfg.SizeMs
 	kLo, kHi := floorDiv(e.TS-size, p.adv)+1, floorDiv(e.TS, p.adv)
-	i, _ := slices.BinarySearchFunc(ks.wins, kLo*p.adv, func(x *win, s int64) int { return cmp.Compare(x.start, s) })
+	i, _ := slices.BinarySearchFunc(ks.wins, kLo*p.adv, cmpWinStart)
 	for k := kLo; k <= kHi; k++ {
 		start := k * p.adv
 		var wn *win
@@ -187,7 +190,6 @@ func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []
 			before = wn.agg.value(p.cfg.Fn)
 		}
 		wn.agg.add(p.cfg.Fn, e.Value)
-		wn.evidence = addEvidence(wn.evidence, *e, p.cfg.EvidenceLimit, p.order)
 		after := wn.agg.value(p.cfg.Fn)
 		revs = p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
 	}
@@ -199,6 +201,7 @@ func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []
 // (bridged and merged; with disjoint sessions at least gap apart one event
 // cannot reach three).
 func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) []Revision {
+	p.markDirty(ks) // a session key's entry holds its whole state
 	gap, fn, t := p.cfg.GapMs, p.cfg.Fn, e.TS
 	wins := ks.wins
 	// Sessions are disjoint, so sorted by last as well as by start.
@@ -274,7 +277,8 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 
 // judge emits what a change to wn causes: Open when it fires for the first
 // time, Updated when a fired window changed and still fires. agg is wn's
-// aggregate.
+// aggregate. Either changes the key entry (the fired windows' alert ids
+// and revisions).
 func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, revs []Revision) []Revision {
 	fires := p.cfg.Fires(agg, wn.agg.count)
 	switch {
@@ -282,9 +286,11 @@ func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, rev
 		wn.fired, wn.rev = true, 0
 		wn.alertID = p.cfg.AlertID(wn.ks.key, wn.start)
 		p.nFired++
+		p.markDirty(wn.ks)
 		revs = append(revs, p.revision(wn, Open, "", late, w))
 	case wn.fired && changed && fires:
 		wn.rev++
+		p.markDirty(wn.ks)
 		revs = append(revs, p.revision(wn, Updated, "", late, w))
 	}
 	return revs
@@ -299,8 +305,15 @@ func (p *Partition) end(wn *win) int64 {
 
 func (p *Partition) revision(wn *win, st Status, mergedInto string, late bool, wm int64) Revision {
 	var ev []Evidence
-	if len(wn.evidence) > 0 {
+	switch {
+	case p.cfg.Kind != Session:
+		ev = p.windowEvidence(wn)
+	case len(wn.evidence) > 0:
 		ev = slices.Clone(wn.evidence)
+	}
+	var agg float64 // 0 for a fired placeholder whose panes never came (installFired): no NaN average
+	if wn.agg.count > 0 {
+		agg = wn.agg.value(p.cfg.Fn)
 	}
 	return Revision{
 		AlertID:    wn.alertID,
@@ -310,7 +323,7 @@ func (p *Partition) revision(wn *win, st Status, mergedInto string, late bool, w
 		Key:        wn.ks.key,
 		Start:      wn.start,
 		End:        p.end(wn),
-		Agg:        wn.agg.value(p.cfg.Fn),
+		Agg:        agg,
 		Count:      wn.agg.count,
 		Evidence:   ev,
 		Late:       late,
@@ -368,22 +381,31 @@ func (p *Partition) closeDue(revs []Revision) []Revision {
 			revs = append(revs, p.revision(wn, Closed, "", false, p.wm))
 			p.nFired--
 		}
-		p.remove(wn)
+		p.remove(wn, true)
 	}
 	return revs
 }
 
-// remove deletes a closed window from its key, and the key when it has no
-// window left.
-func (p *Partition) remove(wn *win) {
+// remove deletes a closed window from its key, with the panes no live
+// window contains any more (the panes in [start, start+advance), of which
+// it was the last window), and the key when it has no window left. mark
+// records the entries that changed for Dirty: the key entry (a session key,
+// or a fired fixed window) and the dropped panes.
+func (p *Partition) remove(wn *win, mark bool) {
 	wn.dead = true
 	ks := wn.ks
-	if i, ok := slices.BinarySearchFunc(ks.wins, wn.start, func(x *win, s int64) int { return cmp.Compare(x.start, s) }); ok && ks.wins[i] == wn {
+	if i, ok := slices.BinarySearchFunc(ks.wins, wn.start, cmpWinStart); ok && ks.wins[i] == wn {
 		ks.wins = slices.Delete(ks.wins, i, i+1)
 		p.nWindows--
 	}
-	p.markDirty(ks)
+	if mark && (p.cfg.Kind == Session || wn.fired) {
+		p.markDirty(ks)
+	}
+	if p.cfg.Kind != Session {
+		p.dropPanes(ks, wn.start+p.adv, mark)
+	}
 	if len(ks.wins) == 0 {
+		p.dropPanes(ks, math.MaxInt64, mark) // none in a consistent state
 		delete(p.keys, ks.key)
 	}
 }
@@ -395,9 +417,11 @@ func (p *Partition) markDirty(ks *keyState) {
 	}
 }
 
-// Dirty returns the keys whose state changed since the last ClearDirty,
-// sorted, and whether the partition meta (the watermark) changed. A returned
-// key whose EncodeKey is nil was deleted.
+// Dirty returns the keys whose key entry (EncodeKey) changed since the last
+// ClearDirty, sorted, and whether the partition meta (the watermark)
+// changed. A returned key whose EncodeKey is nil has no entry any more (the
+// key was deleted, or no window of a fixed-window key is fired). The panes
+// of fixed windows that changed are reported by DirtyPanes.
 func (p *Partition) Dirty() (keys []string, meta bool) {
 	keys = slices.Clone(p.dirtyKeys)
 	slices.Sort(keys)
@@ -413,6 +437,11 @@ func (p *Partition) ClearDirty() {
 	}
 	clear(p.dirtyKeys)
 	p.dirtyKeys = p.dirtyKeys[:0]
+	for _, pn := range p.dirtyPanes {
+		pn.dirty = false
+	}
+	clear(p.dirtyPanes)
+	p.dirtyPanes = p.dirtyPanes[:0]
 	p.dirtyMeta = false
 }
 

@@ -2,6 +2,7 @@ package aggwindow
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -165,30 +166,16 @@ func TestDeterminism(t *testing.T) {
 	})
 }
 
-// TestEncodeRoundTrip: a partition persisted through Dirty/EncodeKey/
-// EncodeMeta after every record and reloaded at random points yields the
-// same results as one that never stopped, and ends in the same state.
+// TestEncodeRoundTrip: a partition persisted through Dirty/DirtyPanes/
+// EncodeKey/EncodePane/EncodeMeta after every record and reloaded at random
+// points (entries in random order) yields the same results as one that
+// never stopped, and ends in the same state.
 func TestEncodeRoundTrip(t *testing.T) {
 	forEachConfig(t, 20, func(t *testing.T, rng *rand.Rand, cfg Config) {
 		evs := arrive(rng, genEvents(rng, 3, 60+rng.IntN(60), 0, 400), int64(rng.IntN(80)))
 		ref := mustPartition(t, cfg)
 		p := mustPartition(t, cfg)
-		store := map[string][]byte{}
-		var meta []byte
-		persist := func() {
-			keys, m := p.Dirty()
-			for _, k := range keys {
-				if b := p.EncodeKey(k); b != nil {
-					store[k] = b
-				} else {
-					delete(store, k)
-				}
-			}
-			if m {
-				meta = p.EncodeMeta()
-			}
-			p.ClearDirty()
-		}
+		store := newMemStore()
 		for i, e := range evs {
 			q := i%4 != 3
 			want := ref.Process(e, q)
@@ -196,31 +183,16 @@ func TestEncodeRoundTrip(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("record %d: after reloads\n got %+v\nwant %+v", i, got, want)
 			}
-			persist()
+			store.persist(p)
 			if rng.IntN(8) == 0 {
-				p = mustPartition(t, cfg)
-				if meta != nil {
-					if err := p.LoadMeta(meta); err != nil {
-						t.Fatal(err)
-					}
-				}
-				for k, b := range store {
-					if err := p.LoadKey(k, b); err != nil {
-						t.Fatalf("reload %q: %v", k, err)
-					}
-				}
+				p = store.restore(t, cfg, rng)
 				if p.Stats() != ref.Stats() {
 					t.Fatalf("reloaded stats %+v, uninterrupted %+v", p.Stats(), ref.Stats())
 				}
 			}
 		}
-		for k := range ref.keys {
-			if string(ref.EncodeKey(k)) != string(store[k]) {
-				t.Fatalf("key %q: persisted state differs from the uninterrupted one", k)
-			}
-		}
-		if len(store) != len(ref.keys) {
-			t.Fatalf("store has %d keys, the partition %d", len(store), len(ref.keys))
+		if got, want := store.entries(), entriesOf(ref); !maps.Equal(got, want) {
+			t.Fatalf("persisted state differs from the uninterrupted one:\n got %q\nwant %q", got, want)
 		}
 		if !reflect.DeepEqual(p.Advance(math.MaxInt64), ref.Advance(math.MaxInt64)) {
 			t.Fatal("final closes differ")

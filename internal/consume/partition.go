@@ -2,11 +2,14 @@ package consume
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/vibeline/processor/internal/aggwindow"
+	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/state"
 	"github.com/vibeline/processor/internal/window"
@@ -127,6 +130,9 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 			return fmt.Errorf("unknown state entry %q", name)
 		}
 	})
+	if errors.Is(err, aggwindow.ErrUnknownVersion) || errors.Is(err, window.ErrUnknownVersion) || errors.Is(err, dedup.ErrUnknownVersion) {
+		return nil, fmt.Errorf("consume: load rule %s partition %d: %w; the state was written in a format this processor does not read (for example tumbling and hopping windows before format version 2, docs/RUNBOOK.md \"State format upgrades\"): bump the rule's version and replay (processor replay), or run the processor that wrote it", t.ns, p, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}

@@ -24,8 +24,10 @@ import (
 // Its persisted form is a set of named entries (Dirty, EncodeKey, LoadKey)
 // plus one meta entry (EncodeMeta, LoadMeta). Names of a sliding rule are
 // its keys (package window's key encoding); names of an aggregating rule are
-// "w" + key (package aggwindow's key encoding) and "d" + 8-byte bucket +
-// key (package dedup's bucketed encoding, see dedupName).
+// "w" + key (package aggwindow's key encoding), "p" + 8-byte pane start +
+// key (its pane encoding, tumbling and hopping windows, see paneName) and
+// "d" + 8-byte bucket + key (package dedup's bucketed encoding, see
+// dedupName).
 type Partition struct {
 	filter *rules.Filter
 	env    rules.Event
@@ -542,6 +544,9 @@ func (w *Partition) Dirty() (names []string, meta bool) {
 	for _, k := range keys {
 		names = append(names, "w"+k)
 	}
+	for _, r := range w.agg.DirtyPanes() {
+		names = append(names, paneName(r))
+	}
 	for _, r := range w.dd.DirtyBuckets() {
 		names = append(names, dedupName(r))
 	}
@@ -568,8 +573,15 @@ func (w *Partition) EncodeKey(name string) []byte {
 	if name == "" {
 		return nil
 	}
-	if name[0] == 'w' {
+	switch name[0] {
+	case 'w':
 		return w.agg.EncodeKey(name[1:])
+	case 'p':
+		r, ok := parsePaneName(name)
+		if !ok {
+			return nil
+		}
+		return w.agg.EncodePane(r.Key, r.Start)
 	}
 	r, ok := parseDedupName(name)
 	if !ok {
@@ -600,6 +612,25 @@ func parseDedupName(name string) (dedup.BucketRef, bool) {
 	return dedup.BucketRef{Key: name[9:], Bucket: int64(binary.BigEndian.Uint64([]byte(name[1:9])) ^ (1 << 63))}, true
 }
 
+// paneName is the entry name of one pane of an aggregating rule's tumbling
+// or hopping windows (package aggwindow persists them per pane, so that a
+// commit rewrites the panes that changed, not every window of the key):
+// "p", the pane start as 8 bytes big-endian with the sign bit flipped (so
+// names sort by start), then the key.
+func paneName(r aggwindow.PaneRef) string {
+	b := make([]byte, 9, 9+len(r.Key))
+	b[0] = 'p'
+	binary.BigEndian.PutUint64(b[1:], uint64(r.Start)^(1<<63))
+	return string(append(b, r.Key...))
+}
+
+func parsePaneName(name string) (aggwindow.PaneRef, bool) {
+	if len(name) < 9 || name[0] != 'p' {
+		return aggwindow.PaneRef{}, false
+	}
+	return aggwindow.PaneRef{Key: name[9:], Start: int64(binary.BigEndian.Uint64([]byte(name[1:9])) ^ (1 << 63))}, true
+}
+
 // LoadKey restores the named entry.
 func (w *Partition) LoadKey(name string, data []byte) error {
 	if w.slide != nil {
@@ -608,6 +639,12 @@ func (w *Partition) LoadKey(name string, data []byte) error {
 	switch {
 	case len(name) > 0 && name[0] == 'w':
 		return w.agg.LoadKey(name[1:], data)
+	case len(name) > 0 && name[0] == 'p':
+		r, ok := parsePaneName(name)
+		if !ok {
+			return fmt.Errorf("pipeline: state entry %q: a pane entry name is p, 8 bytes of pane start and the key", name)
+		}
+		return w.agg.LoadPane(r.Key, r.Start, data)
 	case len(name) > 0 && name[0] == 'd':
 		r, ok := parseDedupName(name)
 		if !ok {
@@ -615,7 +652,7 @@ func (w *Partition) LoadKey(name string, data []byte) error {
 		}
 		return w.dd.LoadBucket(r.Key, r.Bucket, data)
 	}
-	return fmt.Errorf("pipeline: state entry %q: want a name starting with w or d", name)
+	return fmt.Errorf("pipeline: state entry %q: want a name starting with w, p or d", name)
 }
 
 // EncodeMeta encodes the meta entry (the watermark).
