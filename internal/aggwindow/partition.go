@@ -280,6 +280,9 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 // aggregate. Either changes the key entry (the fired windows' alert ids
 // and revisions).
 func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, revs []Revision) []Revision {
+	if wn.fired && !changed {
+		return revs // neither Open nor Updated, whatever Fires says
+	}
 	fires := p.cfg.Fires(agg, wn.agg.count)
 	switch {
 	case !wn.fired && fires:

@@ -270,30 +270,44 @@ func startProc(b *testing.B, name, bin, dir string, env []string) *proc {
 	return p
 }
 
-// profile writes a 10 s CPU profile of the processor, taken from 2 s after
-// its start, to path (knob BENCH_PROFILE_DIR; the processor serves
-// /debug/pprof/ with metrics_pprof). A failure is logged to stderr only: a
-// profile is an aid, not a result.
+// profile writes a 7 s CPU profile of the processor, taken from 2 s after
+// its start, to path, then its allocation profile (since start) beside it
+// as .allocs (knob BENCH_PROFILE_DIR; the processor serves /debug/pprof/
+// with metrics_pprof). A failure is logged to stderr only: a profile is an
+// aid, not a result.
 func (p *proc) profile(path string) {
 	select {
 	case <-p.exited:
 		return
 	case <-time.After(2 * time.Second):
 	}
-	resp, err := http.Get("http://" + p.metrics + "/debug/pprof/profile?seconds=10")
-	if err == nil {
-		defer resp.Body.Close()
-		var f *os.File
-		if f, err = os.Create(path); err == nil {
-			_, err = io.Copy(f, resp.Body)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
+	for _, q := range []struct{ url, path string }{
+		{"/debug/pprof/profile?seconds=7", path},
+		{"/debug/pprof/allocs", strings.TrimSuffix(path, ".cpu") + ".allocs"}, // since start
+	} {
+		if err := fetchTo("http://"+p.metrics+q.url, q.path); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: profile of %s: %v\n", p.name, err)
+			return
 		}
 	}
+}
+
+// fetchTo writes the body of a GET of url to path.
+func fetchTo(url, path string) error {
+	resp, err := http.Get(url)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: profile of %s: %v\n", p.name, err)
+		return err
 	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func cleanEnv() []string {
