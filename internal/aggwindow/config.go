@@ -106,6 +106,11 @@ type Config struct {
 	// Fires is the threshold predicate over a window's aggregate and count.
 	// It must be a pure function. Required.
 	Fires func(agg float64, count int) bool
+	// FiresIgnoresCount says that Fires does not depend on count (a
+	// threshold that names only the aggregate): a window that has not
+	// fired is then not judged again until its aggregate changes, since
+	// Fires would give the false it gave before. Optional.
+	FiresIgnoresCount bool
 	// AlertID returns the deterministic alert id of a window from the key
 	// and the window's start (see the package doc). It must be a pure
 	// function and should include the rule id and version. Required.

@@ -280,8 +280,11 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 // aggregate. Either changes the key entry (the fired windows' alert ids
 // and revisions).
 func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, revs []Revision) []Revision {
-	if wn.fired && !changed {
-		return revs // neither Open nor Updated, whatever Fires says
+	if !changed && (wn.fired || p.cfg.FiresIgnoresCount) {
+		// Fired: neither Open nor Updated, whatever Fires says. Not
+		// fired: Fires(agg, count-1) was false, and the aggregate did
+		// not change.
+		return revs
 	}
 	fires := p.cfg.Fires(agg, wn.agg.count)
 	switch {

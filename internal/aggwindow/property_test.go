@@ -243,3 +243,25 @@ func TestExactSum(t *testing.T) {
 		}
 	}
 }
+
+// TestFiresIgnoresCount: with a threshold on the aggregate alone, the
+// shortcut FiresIgnoresCount (a window is not judged again until its
+// aggregate changes) gives exactly the revisions of judging every time.
+func TestFiresIgnoresCount(t *testing.T) {
+	forEachConfig(t, 40, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		level := rng.Float64() * 8
+		if cfg.Fn == Count {
+			level = float64(1 + rng.IntN(6))
+		}
+		cfg.Fires = func(agg float64, _ int) bool { return agg >= level }
+		evs := arrive(rng, genEvents(rng, 1+rng.IntN(3), 10+rng.IntN(60), 0, 200), int64(rng.IntN(120)))
+		slow := mustPartition(t, cfg)
+		cfg.FiresIgnoresCount = true
+		fast := mustPartition(t, cfg)
+		want, _ := run(t, slow, evs)
+		got, _ := run(t, fast, evs)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("level %v: with FiresIgnoresCount\n%v\nwithout\n%v", level, got, want)
+		}
+	})
+}

@@ -97,8 +97,9 @@ func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
 	s.agg = aggwindow.Config{
 		SizeMs: c.SizeMs, AdvanceMs: c.AdvanceMs, GapMs: c.GapMs,
 		DelayMs: c.DelayMs, LatenessMs: c.LatenessMs, EvidenceLimit: EvidenceLimit,
-		Fires:   func(float64, int) bool { return false }, // replaced per partition
-		AlertID: func(key string, start int64) string { return alerts.ID(id, ver, key, strconv.FormatInt(start, 10)) },
+		Fires:             func(float64, int) bool { return false }, // replaced per partition
+		FiresIgnoresCount: !c.ThresholdUsesCount(),
+		AlertID:           func(key string, start int64) string { return alerts.ID(id, ver, key, strconv.FormatInt(start, 10)) },
 	}
 	switch c.Rule.Window.Type {
 	case rules.Tumbling:

@@ -64,6 +64,12 @@ func (r Rule) Repartitioned() bool { return r.Repartition || (r.Key != "" && r.K
 // NewFilter returns an evaluator of the rule's filter, for one goroutine.
 func (c *Compiled) NewFilter() *Filter { return &Filter{ev: evaluator[Event]{p: c.filter}} }
 
+// ThresholdUsesCount reports whether the threshold expression names count
+// (false: its verdict depends on the aggregate alone).
+func (c *Compiled) ThresholdUsesCount() bool {
+	return c.threshold != nil && names(c.threshold.tree, "count")
+}
+
 // NewThreshold returns an evaluator of the rule's threshold, for one
 // goroutine.
 func (c *Compiled) NewThreshold() *Threshold { return &Threshold{ev: evaluator[Agg]{p: c.threshold}} }

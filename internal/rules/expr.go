@@ -274,3 +274,21 @@ func restrict(root ast.Node) (ast.Node, string) {
 	walk(root)
 	return bad, msg
 }
+
+// names reports whether the expression tree refers to the identifier name.
+func names(tree ast.Node, name string) bool {
+	v := &identFinder{name: name}
+	ast.Walk(&tree, v)
+	return v.found
+}
+
+type identFinder struct {
+	name  string
+	found bool
+}
+
+func (v *identFinder) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok && id.Value == v.name {
+		v.found = true
+	}
+}

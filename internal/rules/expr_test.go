@@ -258,3 +258,35 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestThresholdUsesCount: a threshold that names count anywhere uses it;
+// one on the aggregate alone does not (package aggwindow then skips
+// re-judging windows whose aggregate did not change).
+func TestThresholdUsesCount(t *testing.T) {
+	for _, tt := range []struct {
+		threshold string
+		want      bool
+	}{
+		{"agg >= 12.5", false},
+		{"agg > 4.5 && agg < 9", false},
+		{"agg > 4.5 && count >= 100", true},
+		{"count >= 8", true},
+		{"!(count < 2) || agg > 3", true},
+	} {
+		y := "rules:\n  - id: r\n    version: 1\n    source: in\n    window: {type: tumbling, size: 1m}\n    aggregate: {fn: max}\n    threshold: '" + tt.threshold + "'\n    outputs: {alerts: out}\n"
+		rs, err := Parse("t.yaml", []byte(y))
+		if err == nil {
+			err = Validate(rs)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.threshold, err)
+		}
+		c, err := Compile(rs[0])
+		if err != nil {
+			t.Fatalf("%s: %v", tt.threshold, err)
+		}
+		if got := c.ThresholdUsesCount(); got != tt.want {
+			t.Errorf("ThresholdUsesCount(%q) = %v, want %v", tt.threshold, got, tt.want)
+		}
+	}
+}
