@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/kafkasec/kgosec"
 	"github.com/vibeline/processor/internal/state"
 )
 
@@ -56,7 +57,9 @@ func kstr(s string) *string { return &s }
 // ensureTopics checks the input topics and creates missing outputs,
 // changelogs and repartition topics with their source's partition count. It
 // retries until ctx ends, so an unreachable Kafka fails start-up with a
-// clear error after StartupTimeout.
+// clear error after StartupTimeout; a security failure that retrying cannot
+// fix (kgosec.Permanent: wrong credentials, an untrusted certificate) fails
+// at once.
 func ensureTopics(ctx context.Context, cfg config.Config, want []wantTopic, opts []kgo.Opt, log *slog.Logger) (map[string]int32, error) {
 	// kadm answers ListTopics from metadata cached for MetadataMinAge:
 	// keep it short so a topic created a moment ago is seen.
@@ -72,6 +75,9 @@ func ensureTopics(ctx context.Context, cfg config.Config, want []wantTopic, opts
 		last = ensureTopicsOnce(ctx, cfg, want, parts, adm, log)
 		if last == nil || errors.Is(last, errPermanent) {
 			return parts, last
+		}
+		if kgosec.Permanent(last) {
+			return nil, fmt.Errorf("consume: kafka at %v refuses this client (not retried): %w", cfg.Brokers, last)
 		}
 		select {
 		case <-ctx.Done():

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/vibeline/processor/internal/kafkasec/kgosec"
 )
 
 // Options are the injected dependencies of a Service.
@@ -499,6 +501,9 @@ func (s *Service) ensureTopics(ctx context.Context) error {
 	for {
 		if last = s.ensureTopicsOnce(ctx, adm); last == nil || errors.Is(last, errStartup) {
 			return last
+		}
+		if kgosec.Permanent(last) {
+			return fmt.Errorf("deliver: kafka at %v refuses this client (not retried): %w", s.cfg.Brokers, last)
 		}
 		select {
 		case <-ctx.Done():

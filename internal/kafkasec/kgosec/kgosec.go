@@ -8,8 +8,13 @@
 package kgosec
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -62,4 +67,31 @@ func Mechanism(s kafkasec.SASL) (sasl.Mechanism, error) {
 		return nil, fmt.Errorf("kgosec: kafka.sasl.mechanism = %q is invalid: must be one of \"\", %q, %q, %q",
 			s.Mechanism, kafkasec.ScramSHA512, kafkasec.ScramSHA256, kafkasec.Plain)
 	}
+}
+
+// Permanent reports whether err, from a Kafka client built with Opts, is a
+// security failure that retrying cannot fix, so that start-up fails at once
+// with it instead of retrying until startup_timeout: credentials the broker
+// refuses (SASL_AUTHENTICATION_FAILED), a SASL mechanism it does not
+// enable, a broker certificate this client does not trust (unknown
+// authority, wrong name, expired), or a handshake the broker refuses (a
+// missing or untrusted client certificate: "remote error: tls: ..."). A
+// broker that is down, restarting or unreachable is not permanent.
+func Permanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState) {
+		return true
+	}
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return true
+	}
+	// The alert the broker sent is an unexported type of crypto/tls; its
+	// text is stable ("remote error: tls: bad certificate").
+	return strings.Contains(err.Error(), "remote error: tls: ")
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -128,5 +132,30 @@ func TestMutualTLS(t *testing.T) {
 	skip := kafkasec.Config{TLS: kafkasec.TLS{Enabled: true, InsecureSkipVerify: true, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}}
 	if err := ping(t, addrs, skip); err != nil {
 		t.Fatalf("insecure_skip_verify: %v", err)
+	}
+}
+
+// TestPermanent: refused credentials and certificates are permanent; a
+// broker that is down, slow or still creating a topic is not.
+func TestPermanent(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"wrong password", fmt.Errorf("list topics: %w", kerr.SaslAuthenticationFailed), true},
+		{"mechanism not enabled", fmt.Errorf("list topics: %w", kerr.UnsupportedSaslMechanism), true},
+		{"untrusted broker", fmt.Errorf("unable to dial: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), true},
+		{"wrong server name", x509.HostnameError{Host: "kafka-1"}, true},
+		{"expired", x509.CertificateInvalidError{Reason: x509.Expired}, true},
+		{"client certificate refused", errors.New("list topics: remote error: tls: bad certificate"), true},
+		{"timeout", fmt.Errorf("list topics: %w", context.DeadlineExceeded), false},
+		{"refused connection", fmt.Errorf("unable to dial: %w", syscall.ECONNREFUSED), false},
+		{"topic being created", fmt.Errorf("describe: %w", kerr.UnknownTopicOrPartition), false},
+	} {
+		if got := kgosec.Permanent(tt.err); got != tt.want {
+			t.Errorf("%s: Permanent(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
 	}
 }
