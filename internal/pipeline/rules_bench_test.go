@@ -2,82 +2,21 @@ package pipeline
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/sim"
+	"github.com/vibeline/processor/test/benchrules"
 )
 
-// benchRule is one rule of the rules benchmarks: its id and its YAML keys
-// other than id, version, source and outputs.
-type benchRule struct {
-	id   string
-	body string
-}
-
-// benchTenRules is the 10-rule mix of test/bench's BenchmarkRules (its
-// tenRules; keep the two equal): the vibration rule first, then sliding
-// rules with other thresholds and filters, tumbling avg/max/min/sum/count, a
-// hopping max and a session count, all keyed by machine_id.
-var benchTenRules = []benchRule{
-	{"vibration-high", `description: high-vibration events
-filter: value >= 7.1 && quality == "good"
-window: {type: sliding, size: 2m}
-threshold: count >= 3`},
-	{"vibration-critical", `description: critical-vibration events
-filter: value >= 11
-window: {type: sliding, size: 1m}
-threshold: count >= 2`},
-	{"vibration-elevated", `description: elevated-vibration events
-filter: value >= 5 && quality != "uncertain"
-window: {type: sliding, size: 10m}
-threshold: count >= 10`},
-	{"machine-avg", `description: readings of good quality
-filter: quality == "good"
-window: {type: tumbling, size: 5m}
-aggregate: {fn: avg}
-threshold: agg > 4.5 && count >= 100`},
-	{"machine-max", `description: readings
-window: {type: tumbling, size: 1m}
-aggregate: {fn: max}
-threshold: agg >= 12.5`},
-	{"machine-min", `description: readings (raised floor)
-window: {type: tumbling, size: 10m}
-aggregate: {fn: min}
-threshold: agg >= 2.5 && count >= 100`},
-	{"machine-sum", `description: elevated readings
-filter: value >= 4.5
-window: {type: tumbling, size: 1m}
-aggregate: {fn: sum}
-threshold: agg >= 150`},
-	{"machine-count", `description: high-vibration events
-filter: value >= 7.1
-window: {type: tumbling, size: 1m}
-threshold: count >= 8`},
-	{"machine-peak", `description: readings
-window: {type: hopping, size: 10m, advance: 1m}
-aggregate: {fn: max}
-threshold: agg >= 12.8`},
-	{"machine-episode", `description: elevated readings
-filter: value >= 4.5
-window: {type: session, gap: 90s}
-threshold: count > 4`},
-}
-
 // benchStages compiles rs over the topic "in" and returns their stages.
-func benchStages(b *testing.B, rs []benchRule) []*Stage {
+func benchStages(b *testing.B, rs []benchrules.Rule) []*Stage {
 	b.Helper()
-	var y strings.Builder
-	y.WriteString("rules:\n")
-	for _, r := range rs {
-		fmt.Fprintf(&y, "  - id: %s\n    version: 1\n    source: in\n    outputs: {alerts: %s.alerts, dlq: in.dlq, late: in.late}\n", r.id, r.id)
-		for _, line := range strings.Split(r.body, "\n") {
-			y.WriteString("    " + line + "\n")
-		}
-	}
-	parsed, err := rules.Parse("bench.yaml", []byte(y.String()))
+	y := benchrules.YAML("in", rs, func(id string) string {
+		return fmt.Sprintf("alerts: %s.alerts, dlq: in.dlq, late: in.late", id)
+	})
+	parsed, err := rules.Parse("bench.yaml", []byte(y))
 	if err == nil {
 		err = rules.Validate(parsed)
 	}
@@ -121,7 +60,7 @@ func benchInputs() []Input {
 //	go test -run x -bench BenchmarkRuleStages -count 3 ./internal/pipeline/
 func BenchmarkRuleStages(b *testing.B) {
 	recs := benchInputs()
-	all := benchStages(b, benchTenRules)
+	all := benchStages(b, benchrules.Ten)
 	var base float64
 	b.Run("check_only", func(b *testing.B) {
 		check := all[0]
@@ -191,7 +130,7 @@ func BenchmarkRuleStages(b *testing.B) {
 // BenchmarkRuleStages/rules_10 goes.
 func BenchmarkRuleApply(b *testing.B) {
 	recs := benchInputs()
-	all := benchStages(b, benchTenRules)
+	all := benchStages(b, benchrules.Ten)
 	type decoded struct {
 		in Input
 		ev event.Event
@@ -238,7 +177,7 @@ func BenchmarkRuleChangelog(b *testing.B) {
 	for i := range recs {
 		recs[i] = input(0, int64(i), line.Next())
 	}
-	all := benchStages(b, benchTenRules)
+	all := benchStages(b, benchrules.Ten)
 	evs := make([]event.Event, len(recs))
 	ok := make([]bool, len(recs))
 	for i := range recs {

@@ -35,90 +35,17 @@ import (
 	"text/tabwriter"
 
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/test/benchrules"
 	"github.com/vibeline/processor/test/e2e/harness"
 )
 
-// benchRule is one rule of BenchmarkRules: its id and its YAML keys other
-// than id, version, source and outputs, which rulesYAML adds.
-type benchRule struct {
-	id   string
-	body string
-}
-
-// tenRules is the 10-rule mix: the vibration rule first (the 1-rule run is
-// tenRules[:1]), then sliding rules with other thresholds and filters,
-// tumbling avg/max/min/sum/count, a hopping max and a session count, all keyed
-// by machine_id, so no record is repartitioned. The same list is in
-// internal/pipeline/rules_bench_test.go (BenchmarkRuleStages); keep the
-// two equal.
-var tenRules = []benchRule{
-	{"vibration-high", `description: high-vibration events
-filter: value >= 7.1 && quality == "good"
-window: {type: sliding, size: 2m}
-threshold: count >= 3`},
-	{"vibration-critical", `description: critical-vibration events
-filter: value >= 11
-window: {type: sliding, size: 1m}
-threshold: count >= 2`},
-	{"vibration-elevated", `description: elevated-vibration events
-filter: value >= 5 && quality != "uncertain"
-window: {type: sliding, size: 10m}
-threshold: count >= 10`},
-	{"machine-avg", `description: readings of good quality
-filter: quality == "good"
-window: {type: tumbling, size: 5m}
-aggregate: {fn: avg}
-threshold: agg > 4.5 && count >= 100`},
-	{"machine-max", `description: readings
-window: {type: tumbling, size: 1m}
-aggregate: {fn: max}
-threshold: agg >= 12.5`},
-	{"machine-min", `description: readings (raised floor)
-window: {type: tumbling, size: 10m}
-aggregate: {fn: min}
-threshold: agg >= 2.5 && count >= 100`},
-	{"machine-sum", `description: elevated readings
-filter: value >= 4.5
-window: {type: tumbling, size: 1m}
-aggregate: {fn: sum}
-threshold: agg >= 150`},
-	{"machine-count", `description: high-vibration events
-filter: value >= 7.1
-window: {type: tumbling, size: 1m}
-threshold: count >= 8`},
-	{"machine-peak", `description: readings
-window: {type: hopping, size: 10m, advance: 1m}
-aggregate: {fn: max}
-threshold: agg >= 12.8`},
-	{"machine-episode", `description: elevated readings
-filter: value >= 4.5
-window: {type: session, gap: 90s}
-threshold: count > 4`},
-}
-
-// repartitionedRule replaces machine-peak in the third run: the same
-// hopping maximum per sensor, so every record also goes through the rule's
-// repartition topic.
-var repartitionedRule = benchRule{"sensor-peak", `description: readings
-key: sensor_id
-window: {type: hopping, size: 10m, advance: 1m}
-aggregate: {fn: max}
-threshold: agg >= 12.8`}
-
-// rulesYAML renders rules over source as a rules file: version 1, alerts to
+// rulesYAML renders rules over source as a rules file: alerts to
 // <prefix>.<id>.alerts, dead letters and too-late records of every rule to
 // <prefix>.dlq and <prefix>.late.
-func rulesYAML(source, prefix string, rs []benchRule) string {
-	var b strings.Builder
-	b.WriteString("rules:\n")
-	for _, r := range rs {
-		fmt.Fprintf(&b, "  - id: %s\n    version: 1\n    source: %s\n", r.id, source)
-		fmt.Fprintf(&b, "    outputs: {alerts: %s.%s.alerts, dlq: %s.dlq, late: %s.late}\n", prefix, r.id, prefix, prefix)
-		for _, line := range strings.Split(r.body, "\n") {
-			b.WriteString("    " + line + "\n")
-		}
-	}
-	return b.String()
+func rulesYAML(source, prefix string, rs []benchrules.Rule) string {
+	return benchrules.YAML(source, rs, func(id string) string {
+		return fmt.Sprintf("alerts: %s.%s.alerts, dlq: %s.dlq, late: %s.late", prefix, id, prefix, prefix)
+	})
 }
 
 func BenchmarkRules(b *testing.B) {
@@ -153,7 +80,7 @@ func BenchmarkRules(b *testing.B) {
 	})
 	var one procRun // the 1-rule run, the base of the cost ratios
 	var costs []string
-	run := func(name string, rs []benchRule, repartitioned string) {
+	run := func(name string, rs []benchrules.Rule, repartitioned string) {
 		b.Run(name, func(b *testing.B) {
 			var r procRun
 			for range b.N {
@@ -185,15 +112,15 @@ func BenchmarkRules(b *testing.B) {
 			costs = append(costs, line)
 		})
 	}
-	run("exactly_once_1_rule", tenRules[:1], "")
-	run("exactly_once_10_rules", tenRules, "")
-	withRepart := append([]benchRule(nil), tenRules...)
+	run("exactly_once_1_rule", benchrules.Ten[:1], "")
+	run("exactly_once_10_rules", benchrules.Ten, "")
+	withRepart := append([]benchrules.Rule(nil), benchrules.Ten...)
 	for i, r := range withRepart {
-		if r.id == "machine-peak" {
-			withRepart[i] = repartitionedRule
+		if r.ID == "machine-peak" {
+			withRepart[i] = benchrules.Repartitioned
 		}
 	}
-	run("exactly_once_10_rules_1_repartitioned", withRepart, repartitionedRule.id)
+	run("exactly_once_10_rules_1_repartitioned", withRepart, benchrules.Repartitioned.ID)
 
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', 0)
@@ -239,7 +166,7 @@ func rulesBinary(b *testing.B) string {
 // record the source forwarded to it, that is every input record that was not
 // dead-lettered (processor_rule_records_total of the rule = records - dead
 // letters of the first rule, which reads the input in place).
-func (f *fixture) runRules(b *testing.B, name string, rs []benchRule, repartitioned string) procRun {
+func (f *fixture) runRules(b *testing.B, name string, rs []benchrules.Rule, repartitioned string) procRun {
 	b.Helper()
 	f.preload(b)
 	group := harness.UniqueName("bench-rules")
