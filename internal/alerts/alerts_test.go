@@ -416,6 +416,9 @@ func FuzzRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Decode(Encode(a)): %v\n%s", err, b)
 		}
+		if lenient, err := DecodeLenient(b); err != nil || !reflect.DeepEqual(lenient, got) {
+			t.Fatalf("DecodeLenient(Encode(a)) = %+v, %v; Decode gave %+v", lenient, err, got)
+		}
 		for _, s := range []string{id, merged, machine, ev, reason} {
 			if !utf8.ValidString(s) {
 				return // encoding/json writes invalid UTF-8 as U+FFFD: no round trip

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -386,40 +387,44 @@ func timeInRange(ms int64) bool {
 	return ms >= minWireMs && ms <= maxWireMs
 }
 
+// wireIn is the alert JSON value as read: pointers tell a missing or null
+// member from a zero one.
+type wireIn struct {
+	AlertID     *string `json:"alert_id"`
+	Revision    *int    `json:"revision"`
+	Status      *string `json:"status"`
+	MergedInto  *string `json:"merged_into"`
+	RuleID      *string `json:"rule_id"`
+	RuleVersion *int    `json:"rule_version"`
+	MachineID   *string `json:"machine_id"`
+	Start       *string `json:"start"`
+	End         *string `json:"end"`
+	Count       *int    `json:"count"`
+	KeyField    *string `json:"key_field"`
+	Key         *string `json:"key"`
+	Aggregate   *struct {
+		Fn    *string  `json:"fn"`
+		Value *float64 `json:"value"`
+	} `json:"aggregate"`
+	Evidence *[]struct {
+		EventID   *string  `json:"event_id"`
+		SensorID  *string  `json:"sensor_id"`
+		TS        *string  `json:"ts"`
+		Value     *float64 `json:"value"`
+		Partition *int32   `json:"partition"`
+		Offset    *int64   `json:"offset"`
+	} `json:"evidence"`
+	Late      *bool           `json:"late"`
+	Watermark json.RawMessage `json:"watermark"`
+	Reason    *string         `json:"reason"`
+}
+
 // Decode parses an alert JSON value written by Encode. It is strict: every
 // member must be present (merged_into exactly with status merged), unknown
 // members and trailing data are errors, and times must be in Encode's
 // format. An empty evidence list decodes as nil.
 func Decode(b []byte) (Alert, error) {
-	var w struct {
-		AlertID     *string `json:"alert_id"`
-		Revision    *int    `json:"revision"`
-		Status      *string `json:"status"`
-		MergedInto  *string `json:"merged_into"`
-		RuleID      *string `json:"rule_id"`
-		RuleVersion *int    `json:"rule_version"`
-		MachineID   *string `json:"machine_id"`
-		Start       *string `json:"start"`
-		End         *string `json:"end"`
-		Count       *int    `json:"count"`
-		KeyField    *string `json:"key_field"`
-		Key         *string `json:"key"`
-		Aggregate   *struct {
-			Fn    *string  `json:"fn"`
-			Value *float64 `json:"value"`
-		} `json:"aggregate"`
-		Evidence *[]struct {
-			EventID   *string  `json:"event_id"`
-			SensorID  *string  `json:"sensor_id"`
-			TS        *string  `json:"ts"`
-			Value     *float64 `json:"value"`
-			Partition *int32   `json:"partition"`
-			Offset    *int64   `json:"offset"`
-		} `json:"evidence"`
-		Late      *bool           `json:"late"`
-		Watermark json.RawMessage `json:"watermark"`
-		Reason    *string         `json:"reason"`
-	}
+	var w wireIn
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
@@ -434,23 +439,10 @@ func Decode(b []byte) (Alert, error) {
 	missing := func(name string) (Alert, error) {
 		return Alert{}, fmt.Errorf("alerts: decode: member %q missing or null", name)
 	}
+	if name := w.missingIdentity(); name != "" {
+		return missing(name)
+	}
 	switch {
-	case w.AlertID == nil:
-		return missing("alert_id")
-	case w.Revision == nil:
-		return missing("revision")
-	case w.Status == nil:
-		return missing("status")
-	case w.RuleID == nil:
-		return missing("rule_id")
-	case w.RuleVersion == nil:
-		return missing("rule_version")
-	case w.MachineID == nil:
-		return missing("machine_id")
-	case w.Start == nil:
-		return missing("start")
-	case w.End == nil:
-		return missing("end")
 	case w.Count == nil:
 		return missing("count")
 	case w.Evidence == nil:
@@ -462,6 +454,75 @@ func Decode(b []byte) (Alert, error) {
 	case w.Reason == nil:
 		return missing("reason")
 	}
+	a, err := w.alert(parseTime)
+	if err != nil {
+		return Alert{}, err
+	}
+	if a.MergedInto == "" && w.MergedInto != nil {
+		return Alert{}, errors.New("alerts: decode: empty merged_into")
+	}
+	if err := a.check(); err != nil {
+		return Alert{}, fmt.Errorf("alerts: decode: %w", err)
+	}
+	return a, nil
+}
+
+// DecodeLenient parses an alert JSON value as a consumer of the format
+// should (docs/ARCHITECTURE.md): unknown members are ignored, so that a
+// processor writing a later format version does not make its alerts
+// unreadable; only the identity members are required (alert_id non-empty,
+// revision >= 0, status, rule_id, rule_version, machine_id, start, end),
+// the others default to their zero value (watermark to WatermarkNone);
+// times may be any RFC 3339 form. Delivery (package deliver) reads alerts
+// with it; Decode is the strict twin that catches drift in the processor's
+// own tests.
+func DecodeLenient(b []byte) (Alert, error) {
+	var w wireIn
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Alert{}, fmt.Errorf("alerts: decode: %w", err)
+	}
+	if name := w.missingIdentity(); name != "" {
+		return Alert{}, fmt.Errorf("alerts: decode: member %q missing or null", name)
+	}
+	if *w.AlertID == "" {
+		return Alert{}, errors.New("alerts: decode: empty alert_id")
+	}
+	if *w.Revision < 0 {
+		return Alert{}, fmt.Errorf("alerts: decode: revision %d, want >= 0", *w.Revision)
+	}
+	return w.alert(func(s string) (int64, error) {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		return t.UnixMilli(), err
+	})
+}
+
+// missingIdentity returns the first missing member that identifies the
+// revision, or "".
+func (w *wireIn) missingIdentity() string {
+	switch {
+	case w.AlertID == nil:
+		return "alert_id"
+	case w.Revision == nil:
+		return "revision"
+	case w.Status == nil:
+		return "status"
+	case w.RuleID == nil:
+		return "rule_id"
+	case w.RuleVersion == nil:
+		return "rule_version"
+	case w.MachineID == nil:
+		return "machine_id"
+	case w.Start == nil:
+		return "start"
+	case w.End == nil:
+		return "end"
+	}
+	return ""
+}
+
+// alert converts w (identity members present) with parse for times.
+// Optional members that are missing or null take their zero value.
+func (w *wireIn) alert(parse func(string) (int64, error)) (Alert, error) {
 	a := Alert{
 		AlertID:     *w.AlertID,
 		Revision:    *w.Revision,
@@ -469,10 +530,16 @@ func Decode(b []byte) (Alert, error) {
 		RuleID:      *w.RuleID,
 		RuleVersion: *w.RuleVersion,
 		MachineID:   *w.MachineID,
-		Count:       *w.Count,
-		Late:        *w.Late,
-		Reason:      *w.Reason,
 		Watermark:   WatermarkNone,
+	}
+	if w.Count != nil {
+		a.Count = *w.Count
+	}
+	if w.Late != nil {
+		a.Late = *w.Late
+	}
+	if w.Reason != nil {
+		a.Reason = *w.Reason
 	}
 	if w.KeyField != nil {
 		a.KeyField = *w.KeyField
@@ -488,31 +555,31 @@ func Decode(b []byte) (Alert, error) {
 	}
 	if w.MergedInto != nil {
 		a.MergedInto = *w.MergedInto
-		if a.MergedInto == "" {
-			return Alert{}, errors.New("alerts: decode: empty merged_into")
-		}
 	}
 	var err error
-	if a.Start, err = parseTime(*w.Start); err != nil {
+	if a.Start, err = parse(*w.Start); err != nil {
 		return Alert{}, fmt.Errorf("alerts: decode start: %w", err)
 	}
-	if a.End, err = parseTime(*w.End); err != nil {
+	if a.End, err = parse(*w.End); err != nil {
 		return Alert{}, fmt.Errorf("alerts: decode end: %w", err)
 	}
-	if string(w.Watermark) != "null" {
+	if len(w.Watermark) > 0 && string(w.Watermark) != "null" {
 		var s string
 		if err := json.Unmarshal(w.Watermark, &s); err != nil {
 			return Alert{}, fmt.Errorf("alerts: decode watermark: %w", err)
 		}
-		if a.Watermark, err = parseTime(s); err != nil {
+		if a.Watermark, err = parse(s); err != nil {
 			return Alert{}, fmt.Errorf("alerts: decode watermark: %w", err)
 		}
+	}
+	if w.Evidence == nil {
+		return a, nil
 	}
 	for i, e := range *w.Evidence {
 		if e.EventID == nil || e.SensorID == nil || e.TS == nil || e.Value == nil || e.Partition == nil || e.Offset == nil {
 			return Alert{}, fmt.Errorf("alerts: decode evidence[%d]: a member is missing or null", i)
 		}
-		ts, err := parseTime(*e.TS)
+		ts, err := parse(*e.TS)
 		if err != nil {
 			return Alert{}, fmt.Errorf("alerts: decode evidence[%d].ts: %w", i, err)
 		}
@@ -520,9 +587,6 @@ func Decode(b []byte) (Alert, error) {
 			EventID: *e.EventID, SensorID: *e.SensorID, TS: ts,
 			Value: *e.Value, Partition: *e.Partition, Offset: *e.Offset,
 		})
-	}
-	if err := a.check(); err != nil {
-		return Alert{}, fmt.Errorf("alerts: decode: %w", err)
 	}
 	return a, nil
 }

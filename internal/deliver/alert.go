@@ -1,8 +1,6 @@
 package deliver
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -59,99 +57,13 @@ func NewDelivery(r Record) (Delivery, error) {
 	return Delivery{Record: r, Alert: a, IdempotencyKey: IdempotencyKey(a.AlertID, a.Revision)}, nil
 }
 
-// decodeAlert reads the alert JSON value (docs/ARCHITECTURE.md, format
-// version 1) leniently: unknown members are ignored, as the format asks of
-// consumers, so a processor writing a later format version does not make
-// its alerts undeliverable. (alerts.Decode is strict on purpose, to catch
-// drift in the processor's own tests.) Required: alert_id, revision,
-// status, rule_id, rule_version, machine_id, start, end.
+// decodeAlert reads the alert JSON value leniently (alerts.DecodeLenient:
+// unknown members ignored, as the format asks of consumers, so a processor
+// writing a later format version does not make its alerts undeliverable).
 func decodeAlert(b []byte) (alerts.Alert, error) {
-	var w struct {
-		AlertID     *string `json:"alert_id"`
-		Revision    *int    `json:"revision"`
-		Status      *string `json:"status"`
-		MergedInto  string  `json:"merged_into"`
-		RuleID      *string `json:"rule_id"`
-		RuleVersion *int    `json:"rule_version"`
-		MachineID   *string `json:"machine_id"`
-		Start       *string `json:"start"`
-		End         *string `json:"end"`
-		Count       int     `json:"count"`
-		Evidence    []struct {
-			EventID   string  `json:"event_id"`
-			SensorID  string  `json:"sensor_id"`
-			TS        string  `json:"ts"`
-			Value     float64 `json:"value"`
-			Partition int32   `json:"partition"`
-			Offset    int64   `json:"offset"`
-		} `json:"evidence"`
-		Late      bool    `json:"late"`
-		Watermark *string `json:"watermark"`
-		Reason    string  `json:"reason"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return alerts.Alert{}, fmt.Errorf("deliver: decode alert: %w", err)
-	}
-	missing := func(m string) (alerts.Alert, error) {
-		return alerts.Alert{}, fmt.Errorf("deliver: decode alert: member %q missing or null", m)
-	}
-	switch {
-	case w.AlertID == nil:
-		return missing("alert_id")
-	case w.Revision == nil:
-		return missing("revision")
-	case w.Status == nil:
-		return missing("status")
-	case w.RuleID == nil:
-		return missing("rule_id")
-	case w.RuleVersion == nil:
-		return missing("rule_version")
-	case w.MachineID == nil:
-		return missing("machine_id")
-	case w.Start == nil:
-		return missing("start")
-	case w.End == nil:
-		return missing("end")
-	}
-	if *w.AlertID == "" {
-		return alerts.Alert{}, errors.New("deliver: decode alert: empty alert_id")
-	}
-	if *w.Revision < 0 {
-		return alerts.Alert{}, fmt.Errorf("deliver: decode alert: revision %d, want >= 0", *w.Revision)
-	}
-	a := alerts.Alert{
-		AlertID: *w.AlertID, Revision: *w.Revision, Status: *w.Status, MergedInto: w.MergedInto,
-		RuleID: *w.RuleID, RuleVersion: *w.RuleVersion, MachineID: *w.MachineID,
-		Count: w.Count, Late: w.Late, Reason: w.Reason, Watermark: alerts.WatermarkNone,
-	}
-	var err error
-	if a.Start, err = parseMs("start", *w.Start); err != nil {
-		return alerts.Alert{}, err
-	}
-	if a.End, err = parseMs("end", *w.End); err != nil {
-		return alerts.Alert{}, err
-	}
-	if w.Watermark != nil {
-		if a.Watermark, err = parseMs("watermark", *w.Watermark); err != nil {
-			return alerts.Alert{}, err
-		}
-	}
-	for i, e := range w.Evidence {
-		ts, err := parseMs(fmt.Sprintf("evidence[%d].ts", i), e.TS)
-		if err != nil {
-			return alerts.Alert{}, err
-		}
-		a.Evidence = append(a.Evidence, alerts.Evidence{
-			EventID: e.EventID, SensorID: e.SensorID, TS: ts, Value: e.Value, Partition: e.Partition, Offset: e.Offset,
-		})
+	a, err := alerts.DecodeLenient(b)
+	if err != nil {
+		return alerts.Alert{}, fmt.Errorf("deliver: %w", err)
 	}
 	return a, nil
-}
-
-func parseMs(member, s string) (int64, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return 0, fmt.Errorf("deliver: decode alert: %s: %w", member, err)
-	}
-	return t.UnixMilli(), nil
 }

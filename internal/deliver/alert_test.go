@@ -49,7 +49,7 @@ func TestDecodeIgnoresUnknownMembersAndRequiresTheKey(t *testing.T) {
 		t.Errorf("delivery %+v", d)
 	}
 	for _, bad := range []struct{ value, want string }{
-		{`not json`, "decode alert"},
+		{`not json`, "alerts: decode"},
 		{`{"revision":1}`, `"alert_id" missing`},
 		{strings.Replace(ok, `"revision":4,`, ``, 1), `"revision" missing`},
 		{strings.Replace(ok, `"revision":4`, `"revision":-1`, 1), "revision -1"},
@@ -65,5 +65,20 @@ func TestDecodeIgnoresUnknownMembersAndRequiresTheKey(t *testing.T) {
 func TestIdempotencyKey(t *testing.T) {
 	if got := IdempotencyKey("fcbb6ffe4c70e9d58d7550aa08757d6c", 12); got != "fcbb6ffe4c70e9d58d7550aa08757d6c-12" {
 		t.Fatal(got)
+	}
+}
+
+// TestDecodeKeepsTheAggregate: an aggregating rule's revision (alert format
+// v2 members key_field, key, aggregate) reaches the sinks whole.
+func TestDecodeKeepsTheAggregate(t *testing.T) {
+	v := `{"alert_id":"a2","revision":0,"status":"open","rule_id":"sensor-peak","rule_version":1,"machine_id":"M-1",` +
+		`"start":"2026-01-02T10:00:00.000Z","end":"2026-01-02T10:10:00.000Z","count":7,"key_field":"sensor_id","key":"S-9",` +
+		`"aggregate":{"fn":"max","value":12.9},"evidence":[],"late":false,"watermark":null,"reason":"r"}`
+	d, err := NewDelivery(Record{Value: []byte(v)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := d.Alert; a.KeyField != "sensor_id" || a.Key != "S-9" || a.Aggregate == nil || a.Aggregate.Fn != "max" || a.Aggregate.Value != 12.9 || a.Count != 7 {
+		t.Errorf("decoded %+v", a)
 	}
 }
