@@ -65,9 +65,19 @@ type store struct {
 	views    []*Set
 	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
 
-	// last caches the latest first() answer: the views of one record ask
-	// for the same pair one after the other.
+	// last caches the latest first() answer, and cur the key state and
+	// hash of the latest Seen: the views of one record ask for the same
+	// pair one after the other.
 	last lastFirst
+	cur  curPair
+}
+
+// curPair is the (key, event_id) of the latest Seen, its key state and
+// pairHash. Invalidated when the key state is deleted.
+type curPair struct {
+	key, id string
+	ks      *keyState
+	h       uint64
 }
 
 // lastFirst is a cached first(): ok and ts for (ks, id). Invalidated when
@@ -174,10 +184,14 @@ func (s *Set) HorizonMs() int64 { return s.st.h }
 func (s *Set) Seen(key, eventID string, ts int64) bool {
 	st := s.st
 	thr := subSat(s.wm, st.h)
-	ks := st.keys[key]
+	var ks *keyState
 	var h uint64
-	if ks != nil {
+	if c := &st.cur; c.ks != nil && c.key == key && c.id == eventID {
+		ks, h = c.ks, c.h
+	} else if ks = st.keys[key]; ks != nil {
 		h = st.pairHash(ks, eventID)
+	}
+	if ks != nil {
 		if i := st.remembered(ks, eventID, h, s.bit); i >= 0 {
 			if ks.byTS[i].ts >= thr {
 				return true
@@ -202,6 +216,7 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		h = st.pairHash(ks, eventID)
 	}
 	st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
+	st.cur = curPair{key: key, id: eventID, ks: ks, h: h}
 	s.nIDs++
 	s.markDirty(ks)
 	s.markBucket(ks, ts)
@@ -459,7 +474,7 @@ func (st *store) reschedule(ks *keyState) {
 
 // deleteKey removes ks, which holds no entries, from the store.
 func (st *store) deleteKey(ks *keyState) {
-	st.last = lastFirst{}
+	st.last, st.cur = lastFirst{}, curPair{}
 	delete(st.keys, ks.key)
 	ks.deleted, ks.scheduled = true, false
 }
