@@ -137,7 +137,7 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}
 	rp.hashOK = stored != ""
-	rp.win.ClearDirty()
+	rp.win.ClearLoaded()
 	rp.batchAcct = rp.acct
 	return rp, nil
 }

@@ -104,16 +104,46 @@ func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("dedup: load key %q bucket %d: %w", key, bucket, err)
 	}
-	st := s.st
-	ks := st.keys[key]
 	for _, e := range es {
 		if s.BucketOf(e.ts) != bucket {
 			return fmt.Errorf("dedup: load key %q bucket %d: %w: ts %d lies in bucket %d", key, bucket, ErrCorrupt, e.ts, s.BucketOf(e.ts))
 		}
-		if ks != nil && st.remembered(ks, e.id, st.pairHash(ks, e.id), s.bit) >= 0 {
-			return fmt.Errorf("dedup: load key %q bucket %d: %w: event_id %q is in another bucket too", key, bucket, ErrCorrupt, e.id)
+	}
+	s.load(key, s.settle(key, bucket, es))
+	return nil
+}
+
+// settle drops from es, the entries of one bucket being loaded, the ids
+// that this view already remembers from another bucket, keeping the later
+// ts of the two, and marks the bucket that loses one dirty (it is then
+// rewritten without it). A view remembers an id once, so one of the two
+// entries is stale: the earlier one had expired when the later was
+// remembered (else the later would have been a duplicate), and its bucket
+// was not rewritten since (possible only while the views of a shared store
+// have different watermarks).
+func (s *Set) settle(key string, bucket int64, es []entry) []entry {
+	st := s.st
+	ks := st.keys[key]
+	if ks == nil {
+		return es
+	}
+	kept := es[:0:0]
+	for _, e := range es {
+		i := -1
+		if ks != nil {
+			i = st.remembered(ks, e.id, st.pairHash(ks, e.id), s.bit)
+		}
+		switch {
+		case i < 0:
+			kept = append(kept, e)
+		case ks.byTS[i].ts < e.ts:
+			if st.forget(ks, i, s) {
+				ks = nil // the key held nothing else
+			}
+			kept = append(kept, e)
+		default:
+			s.dirtyB[BucketRef{key, bucket}] = struct{}{}
 		}
 	}
-	s.load(key, es)
-	return nil
+	return kept
 }

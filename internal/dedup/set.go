@@ -57,10 +57,11 @@ type store struct {
 	// scan. A pair that views remember with different ts (two records with
 	// one event_id and different ts, each the first for some view) has
 	// one entry per ts: the first in idx or coll, the others' ts in more.
-	seed maphash.Seed // per store: in-memory only, never persisted
-	idx  map[uint64]int64
-	coll map[pair]int64
-	more map[pair][]int64
+	seed     maphash.Seed // per store: in-memory only, never persisted
+	hashMask uint64       // all ones; tests narrow it to force collisions
+	idx      map[uint64]int64
+	coll     map[pair]int64
+	more     map[pair][]int64
 
 	views    []*Set
 	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
@@ -139,7 +140,7 @@ func New(horizonMs int64) (*Set, error) {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
 	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
-		seed: maphash.MakeSeed(), idx: make(map[uint64]int64)}
+		seed: maphash.MakeSeed(), hashMask: math.MaxUint64, idx: make(map[uint64]int64)}
 	return st.newView(), nil
 }
 
@@ -157,6 +158,10 @@ func (s *Set) NewView() (*Set, error) {
 }
 
 func (st *store) newView() *Set {
+	// The store's watermark is the slowest view's: the new one's, until it
+	// advances (other views may already have: a restore loads the rules of
+	// a partition one after the other).
+	st.wm = NoWatermark
 	v := &Set{st: st, slot: len(st.views), wm: NoWatermark, gen: 1}
 	v.bit = 1 << v.slot
 	if st.bucketMs > 0 {
@@ -268,7 +273,7 @@ func (st *store) newKey(key string) *keyState {
 
 // pairHash is the index hash of (ks.key, id).
 func (st *store) pairHash(ks *keyState, id string) uint64 {
-	return maphash.String(st.seed, id) ^ ks.salt
+	return (maphash.String(st.seed, id) ^ ks.salt) & st.hashMask
 }
 
 // first returns the ts of the first entry of (ks.key, id). h is
@@ -277,11 +282,17 @@ func (st *store) first(ks *keyState, id string, h uint64) (int64, bool) {
 	if c := &st.last; c.ks == ks && c.id == id {
 		return c.ts, c.ok
 	}
-	ts, ok := st.idx[h]
-	if !ok || ks.find(ts, id) < 0 {
-		ts, ok = 0, false
-		if len(st.coll) > 0 {
-			ts, ok = st.coll[pair{ks.key, id}]
+	// coll first: a pair whose first entry collided into coll may also have
+	// a later entry at the ts of the idx slot's owner, which find would
+	// confirm.
+	var ts int64
+	ok := false
+	if len(st.coll) > 0 {
+		ts, ok = st.coll[pair{ks.key, id}]
+	}
+	if !ok {
+		if ts, ok = st.idx[h]; ok && ks.find(ts, id) < 0 {
+			ts, ok = 0, false
 		}
 	}
 	st.last = lastFirst{ks: ks, id: id, ts: ts, ok: ok}

@@ -565,6 +565,21 @@ func (w *Partition) ClearDirty() {
 	w.dd.ClearDirty()
 }
 
+// ClearLoaded forgets what loading the persisted state marked dirty, except
+// the dedup entries that the load found expired: with a dedup store shared
+// by rules whose watermarks differed, a rule's persisted buckets can still
+// hold ids that expired for it, and their rewrite (or tombstone) must reach
+// the changelog at the next commit. (With a set of its own, a rule's load
+// marks nothing: it persisted its buckets after every expiry.)
+func (w *Partition) ClearLoaded() {
+	w.extraDirty = false
+	if w.slide != nil {
+		w.slide.ClearDirty()
+		return
+	}
+	w.agg.ClearDirty()
+}
+
 // EncodeKey encodes the named entry (empty: the entry is deleted).
 func (w *Partition) EncodeKey(name string) []byte {
 	if w.slide != nil {
