@@ -22,18 +22,48 @@ func reconcileCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reconcile",
 		Short: "Prove from the topics that no alert was lost or doubled and every input record is accounted for",
-		Long: `reconcile reads the input, alerts, dead-letter, late and changelog topics of the
-configured rule read_committed, from the start to their current end, and
-checks: no alert revision twice and revisions in order; every evidence
-sample exists in the input, has the alert's key and qualifies; every input
-record up to the committed position counted exactly once (processed +
-filtered + duplicate + dead_lettered + too_late = records per partition),
-with the dead-letter and late topics holding exactly the counted records.
---recompute also reruns the rule over the committed input and compares
-every output record. --from/--to limit the check to what was committed in
-a time range: the input records whose accounting was committed then (by
-partition offsets), and the alert revisions committed then. Exit code 0:
-no violation; 1: violations (listed).`,
+		Long: `reconcile reads the input, alerts, dead-letter, late and changelog topics
+read_committed, from the start to their current end, and checks that no
+alert was lost or doubled and every input record was accounted for exactly
+once. Exit code 0: no violation; 1: violations (listed); 2: a usage error
+(including an Avro source or Avro alerts: reconcile reads JSON only).
+
+With the rule: block it checks that rule's accounting, dead letters,
+too-late copies and alerts in one report. With rules_file it checks every
+rule of the file and prints one section per rule (input records, alert
+revisions, dead letters, too-late copies, accounting per partition,
+violations), then the verdict. Per rule:
+  - accounting (its changelog's "a" records): per input partition,
+    processed + filtered + duplicate + dead_lettered + too_late = records,
+    and records = the input records up to the committed position;
+  - dead letters: each record that fails validation once per distinct
+    dead-letter topic (rules sharing a topic share the copy), with its
+    original key and value and source headers, the reason it fails, and as
+    many as the rule's accounting counts;
+  - too-late copies (late.rule, late.rule_version name the rule): each
+    input record at most once, a valid qualifying event, as many as counted;
+  - alerts (selected by rule_id and rule_version on a possibly shared
+    topic): revisions 0, 1, 2, ... open first, at most one final closed or
+    merged (merged for sliding and session rules only), record key = the
+    alert's key (machine_id, or key for a sensor_id rule), the id of its
+    rule, key and first evidence or window start; every evidence sample
+    exists at its partition and offset, matches, has the alert's key and
+    qualifies under the rule's filter; sliding: exactly N samples within
+    the window; tumbling, hopping, session: 1 to 10 samples, at most the
+    count, inside [start, end) of a window of the rule.
+A repartitioned rule (key: sensor_id, or repartition: true) is checked
+against its repartition topic, whose consumed records the processor
+deletes: evidence whose record was deleted is found in the source by
+event id, and record counts over deleted offsets are bounded, not exact
+(the report says so).
+
+--recompute also reruns each rule over the committed input and compares
+every output record and the accounting with the reference; repartitioned
+rules are not recomputed (their revision timing depends on how the source
+partitions interleaved; the report says so). --from/--to limit the check to
+what was committed in a time range: per rule, the input records whose
+accounting was committed then (by partition offsets), and the alert
+revisions committed then; --recompute takes no range.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(cfgPath, cmd.Flags())
 			if err != nil {

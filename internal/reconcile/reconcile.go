@@ -15,6 +15,14 @@
 //   - optionally (Recompute), the committed outputs equal a recomputation of
 //     the pipeline over the same input prefix.
 //
+// With a rules file (Config.RulesFile) the same proof is made for every
+// rule, against its own changelog and its share of the possibly shared
+// output topics (rules.go): alerts chosen by rule id and version, too-late
+// copies by their late.rule headers, dead letters once per distinct topic;
+// evidence is checked against the rule's window type and filter. A
+// repartitioned rule is checked against its repartition topic, with what
+// the processor purged of it found in the source, and is not recomputed.
+//
 // It only reads; it never writes to Kafka.
 package reconcile
 
@@ -70,6 +78,12 @@ type Report struct {
 	Violations    []string
 	Recomputed    bool
 	ViolationsCap int
+	// Rules is one section per rule of a rules file (empty for the rule:
+	// block, whose report is the fields above).
+	Rules []*RuleReport
+	// Notes are what a rules-file check could not check, or checked
+	// another way (a repartitioned rule's purged records), topic by topic.
+	Notes []string
 }
 
 // OK reports whether no violation was found.
@@ -88,6 +102,9 @@ func (r *Report) violate(format string, args ...any) {
 
 // String renders the report for people.
 func (r *Report) String() string {
+	if len(r.Rules) > 0 {
+		return r.rulesString()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "input records: %d\nalert revisions: %d (%d alerts)\ndead letters: %d\ntoo late: %d\n",
 		r.InputRecords, r.Alerts, r.AlertIDs, r.DeadLetters, r.TooLate)
@@ -122,9 +139,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	cfg := o.Config
 	if cfg.RulesFile != "" {
-		// The checks below are those of the record-aligned sliding rule of
-		// the rule: block (evidence = N events within S, one changelog).
-		return nil, fmt.Errorf("reconcile: rules_file = %q: reconcile checks the configuration's rule: block only; for a rules file, check each sliding rule with a configuration whose rule: block and topics are that rule's", cfg.RulesFile)
+		// Every rule of the file, each against its own changelog and
+		// outputs (rules.go). The checks below are those of the rule: block.
+		return runRules(ctx, o)
 	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
 	read := func(topic string) ([]*kgo.Record, error) {
@@ -269,6 +286,37 @@ type alertState struct {
 	status string
 }
 
+// nextRevision checks that a is the next revision of its alert: 0, 1,
+// 2, ... in order, open first, nothing after a final closed or merged, and
+// merged only when the rule's windows can merge; then records it. midway
+// means the checked range starts after the beginning of the log, so an
+// alert's first revision seen may be any.
+func nextRevision(states map[string]*alertState, a *alerts.Alert, midway, merges bool, violate func(string, ...any)) {
+	st := states[a.AlertID]
+	if st == nil {
+		st = &alertState{}
+		if midway {
+			st.next = a.Revision
+		}
+		states[a.AlertID] = st
+	}
+	switch {
+	case st.ended:
+		violate("alert %s: revision %d after its final %s revision", a.AlertID, a.Revision, st.status)
+	case a.Revision != st.next:
+		violate("alert %s: revision %d where %d was expected", a.AlertID, a.Revision, st.next)
+	case a.Revision == 0 && a.Status != alerts.StatusOpen:
+		violate("alert %s: revision 0 is %s, want open", a.AlertID, a.Status)
+	case a.Revision > 0 && a.Status == alerts.StatusOpen:
+		violate("alert %s: revision %d is open", a.AlertID, a.Revision)
+	case a.Status == alerts.StatusMerged && !merges:
+		violate("alert %s: revision %d is merged, but the rule's windows never merge", a.AlertID, a.Revision)
+	}
+	st.next = a.Revision + 1
+	st.status = a.Status
+	st.ended = a.Status == alerts.StatusClosed || a.Status == alerts.StatusMerged
+}
+
 // delta is the accounting of the records between two accounting records.
 func delta(top, base pipeline.Accounting) pipeline.Accounting {
 	return pipeline.Accounting{Version: top.Version, NextOffset: top.NextOffset,
@@ -295,27 +343,7 @@ func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[i
 			continue
 		}
 		seen[id] = true
-		st := states[a.AlertID]
-		if st == nil {
-			st = &alertState{}
-			if midway {
-				st.next = a.Revision
-			}
-			states[a.AlertID] = st
-		}
-		switch {
-		case st.ended:
-			rep.violate("alert %s: revision %d after its final %s revision", a.AlertID, a.Revision, st.status)
-		case a.Revision != st.next:
-			rep.violate("alert %s: revision %d where %d was expected", a.AlertID, a.Revision, st.next)
-		case a.Revision == 0 && a.Status != alerts.StatusOpen:
-			rep.violate("alert %s: revision 0 is %s, want open", a.AlertID, a.Status)
-		case a.Revision > 0 && a.Status == alerts.StatusOpen:
-			rep.violate("alert %s: revision %d is open", a.AlertID, a.Revision)
-		}
-		st.next = a.Revision + 1
-		st.status = a.Status
-		st.ended = a.Status == alerts.StatusClosed || a.Status == alerts.StatusMerged
+		nextRevision(states, &a, midway, true, rep.violate)
 		if string(r.Key) != a.MachineID {
 			rep.violate("alert %s: record key %q is not its machine %q", a.AlertID, r.Key, a.MachineID)
 		}
@@ -411,39 +439,54 @@ func header(r *kgo.Record, key string) string {
 // offset; an open transaction makes it wait, at most timeout.
 func ReadCommitted(ctx context.Context, seeds []string, topic string, timeout time.Duration,
 	progress func(string, int64, int64), extra ...kgo.Opt) ([]*kgo.Record, error) {
+	out, _, err := readCommitted(ctx, seeds, topic, timeout, progress, extra...)
+	return out, err
+}
+
+// readCommitted is ReadCommitted that also returns each partition's log
+// start offset (the records below it were deleted).
+func readCommitted(ctx context.Context, seeds []string, topic string, timeout time.Duration,
+	progress func(string, int64, int64), extra ...kgo.Opt) ([]*kgo.Record, map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: client: %w", err)
+		return nil, nil, fmt.Errorf("reconcile: client: %w", err)
 	}
+	defer adm.Close()
 	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
-	adm.Close()
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: end offsets of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("reconcile: end offsets of %s: %w", topic, err)
+	}
+	logStart, err := listStarts(ctx, adm, topic)
+	if err != nil {
+		return nil, nil, err
 	}
 	end := map[int32]int64{}
 	next := map[int32]int64{}
 	start := map[int32]kgo.Offset{}
 	var total int64
 	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
+		// A partition whose records were all deleted (start = end) has
+		// nothing to wait for.
+		if o.Offset > logStart[o.Partition] {
 			end[o.Partition] = o.Offset
+			next[o.Partition] = logStart[o.Partition]
 			start[o.Partition] = kgo.NewOffset().AtStart()
-			total += o.Offset
+			total += o.Offset - logStart[o.Partition]
 		}
 	})
 	if len(start) == 0 {
-		return nil, nil
+		return nil, logStart, nil
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: client: %w", err)
+		return nil, nil, fmt.Errorf("reconcile: client: %w", err)
 	}
 	defer cl.Close()
 	var out []*kgo.Record
@@ -466,13 +509,13 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, timeout ti
 				}
 			}
 			slices.Sort(behind)
-			return nil, fmt.Errorf("reconcile: reading %s did not finish within %s; partitions behind (an open transaction?): %s",
+			return nil, nil, fmt.Errorf("reconcile: reading %s did not finish within %s; partitions behind (an open transaction?): %s",
 				topic, timeout, strings.Join(behind, ", "))
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return nil, fmt.Errorf("reconcile: fetch %s: %w", topic, ferr)
+			return nil, nil, fmt.Errorf("reconcile: fetch %s: %w", topic, ferr)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if r.Offset >= end[r.Partition] {
@@ -494,5 +537,25 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, timeout ti
 		}
 		return int(a.Offset - b.Offset)
 	})
+	// The start offsets again: records may have been deleted while they
+	// were read (a repartition topic's, by the running processor), and a
+	// record that was not read must then count as deleted, not missing.
+	if logStart, err = listStarts(ctx, adm, topic); err != nil {
+		return nil, nil, err
+	}
+	return out, logStart, nil
+}
+
+// listStarts lists the log start offset of each partition of topic.
+func listStarts(ctx context.Context, adm *kgo.Client, topic string) (map[int32]int64, error) {
+	starts, err := kadm.NewClient(adm).ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: start offsets of %s: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	starts.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
 	return out, nil
 }
