@@ -144,8 +144,29 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return runRules(ctx, o)
 	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
-	read := func(topic string) ([]*kgo.Record, error) {
+	fetch := func(topic string) ([]*kgo.Record, error) {
 		return ReadCommitted(ctx, cfg.Brokers, topic, o.Timeout, o.Progress, o.ExtraKgoOpts...)
+	}
+	// What the processor wrote is read before the input it was written
+	// from: with the processor still running, the input read last holds
+	// every record the changelog and the outputs read before it refer to
+	// (and the checks count only what the changelog says was committed).
+	pre := map[string][]*kgo.Record{}
+	for _, topic := range []string{cfg.ChangelogTopic(), cfg.Topics.DLQ, cfg.Topics.Late, cfg.Topics.Alerts, cfg.Topics.Input} {
+		if _, done := pre[topic]; done {
+			continue
+		}
+		recs, err := fetch(topic)
+		if err != nil {
+			return nil, err
+		}
+		pre[topic] = recs
+	}
+	read := func(topic string) ([]*kgo.Record, error) {
+		if recs, ok := pre[topic]; ok {
+			return recs, nil
+		}
+		return fetch(topic)
 	}
 	input, err := read(cfg.Topics.Input)
 	if err != nil {
