@@ -96,9 +96,10 @@ func (s *Set) EncodeBucket(key string, bucket int64) []byte {
 }
 
 // LoadBucket adds the ids of one persisted (key, bucket) entry to the set.
-// Every id must lie in the bucket and be new to the key. Ids that have
-// expired at the current watermark are forgotten at once (their buckets are
-// then marked dirty). On error the set is unchanged.
+// Every id must lie in the bucket (else ErrCorrupt). An id the set already
+// remembers from another bucket keeps the later of its two ts (settle).
+// Ids that have expired at the current watermark are forgotten at once
+// (their buckets are then marked dirty). On error the set is unchanged.
 func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
 	es, err := decodeKey(data)
 	if err != nil {
