@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +62,7 @@ func (rc *ruleCheck) checkDeadLetters(dlq, in *topicData, st *pipeline.Stage, co
 		rc.missingDeadLetters(dlq, in, st, committed, seen)
 	}
 	if counted {
-		for _, p := range sortedParts(rc.top) {
+		for _, p := range sortedKeys(rc.top) {
 			if want := rc.top[p].DeadLettered - rc.base[p].DeadLettered; per[p] != want {
 				rc.violate("partition %d: %d dead letters of %s in %s, accounting says %d", p, per[p], in.name, dlq.name, want)
 			}
@@ -145,7 +147,7 @@ func (rc *ruleCheck) tooLate(late *topicData) {
 			per[at.p]++
 		}
 	}
-	for _, p := range sortedParts(rc.top) {
+	for _, p := range sortedKeys(rc.top) {
 		if want := rc.top[p].TooLate - rc.base[p].TooLate; per[p] != want {
 			rc.violate("partition %d: %d too-late copies in %s, accounting says %d", p, per[p], late.name, want)
 		}
@@ -276,11 +278,5 @@ func countList(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
+// sortedKeys returns m's keys in order.
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }

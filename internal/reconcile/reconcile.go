@@ -188,22 +188,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return (o.From.IsZero() || !t.Before(o.From)) && (o.To.IsZero() || t.Before(o.To))
 	}
 	base := map[int32]pipeline.Accounting{} // the last accounting committed before From
-	for _, r := range changelog {
-		if string(r.Key) != "a" {
-			continue
-		}
-		var a pipeline.Accounting
-		if err := json.Unmarshal(r.Value, &a); err != nil {
-			rep.violate("changelog %d@%d: undecodable accounting record: %v", r.Partition, r.Offset, err)
-			continue
-		}
-		if !o.From.IsZero() && r.Timestamp.Before(o.From) {
-			base[r.Partition] = a
-		}
-		if o.To.IsZero() || r.Timestamp.Before(o.To) {
-			rep.Partitions[r.Partition] = a
-		}
-	}
+	readAccounting(changelog, o.From, o.To, base, rep.Partitions, rep.violate)
 	// committed reports whether an input record's accounting was committed
 	// in the range.
 	committed := func(p int32, off int64) bool {
@@ -299,6 +284,29 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		recompute(rep, cfg, input, alertRecs, committed, read)
 	}
 	return rep, nil
+}
+
+// readAccounting takes the accounting records ("a") of a rule's
+// changelog: into base, per partition, the last one committed before from
+// (none when from is zero), into top the last committed before to (zero:
+// the last of all).
+func readAccounting(changelog []*kgo.Record, from, to time.Time, base, top map[int32]pipeline.Accounting, violate func(string, ...any)) {
+	for _, r := range changelog {
+		if string(r.Key) != "a" {
+			continue
+		}
+		var a pipeline.Accounting
+		if err := json.Unmarshal(r.Value, &a); err != nil {
+			violate("changelog %d@%d: undecodable accounting record: %v", r.Partition, r.Offset, err)
+			continue
+		}
+		if !from.IsZero() && r.Timestamp.Before(from) {
+			base[r.Partition] = a
+		}
+		if to.IsZero() || r.Timestamp.Before(to) {
+			top[r.Partition] = a
+		}
+	}
 }
 
 type alertState struct {

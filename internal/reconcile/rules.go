@@ -2,10 +2,8 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -227,22 +225,7 @@ func linkSources(checks []*ruleCheck) {
 // checks, per partition of its input: balanced, and records = the input
 // records in the range.
 func (rc *ruleCheck) accounting(changelog []*kgo.Record, from, to time.Time) {
-	for _, r := range changelog {
-		if string(r.Key) != "a" {
-			continue
-		}
-		var a pipeline.Accounting
-		if err := json.Unmarshal(r.Value, &a); err != nil {
-			rc.violate("changelog %d@%d: undecodable accounting record: %v", r.Partition, r.Offset, err)
-			continue
-		}
-		if !from.IsZero() && r.Timestamp.Before(from) {
-			rc.base[r.Partition] = a
-		}
-		if to.IsZero() || r.Timestamp.Before(to) {
-			rc.top[r.Partition] = a
-		}
-	}
+	readAccounting(changelog, from, to, rc.base, rc.top, rc.violate)
 	counts := map[int32]int64{}
 	uncounted := map[int32]int64{} // records of partitions without accounting
 	for _, r := range rc.in.recs {
@@ -254,13 +237,13 @@ func (rc *ruleCheck) accounting(changelog []*kgo.Record, from, to time.Time) {
 			counts[r.Partition]++
 		}
 	}
-	for _, p := range sortedParts(rc.top) {
+	for _, p := range sortedKeys(rc.top) {
 		rc.checkPartition(p, counts[p])
 		rc.rr.Checked += int(counts[p])
 	}
 	// Nothing of such a partition was committed (in the range): there is
 	// nothing to check yet, as for records beyond a committed position.
-	for _, p := range sortedParts(uncounted) {
+	for _, p := range sortedKeys(uncounted) {
 		rc.note("partition %d of %s: %d records, no accounting record committed (in the range): not checked", p, rc.in.name, uncounted[p])
 	}
 }
@@ -356,7 +339,7 @@ func (rc *ruleCheck) recompute(mine []alertRec, late, dlq *topicData) {
 	if d := pipeline.Diff(want, got.Canonical()); d != "" {
 		rc.violate("committed outputs differ from a recomputation over the committed input:\n%s", d)
 	}
-	for _, p := range sortedParts(accts) {
+	for _, p := range sortedKeys(accts) {
 		if a := accts[p]; a != rc.top[p] {
 			rc.violate("partition %d: accounting %+v, the recomputation counts %+v", p, rc.top[p], a)
 		}
@@ -420,7 +403,7 @@ func (rr *RuleReport) write(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "  alert revisions: %d (%d alerts) on %s\n", rr.Alerts, rr.AlertIDs, rr.AlertsTopic)
 	fmt.Fprintf(b, "  dead letters: %d on %s\n  too late: %d on %s\n", rr.DeadLetters, rr.DLQTopic, rr.TooLate, rr.LateTopic)
-	for _, p := range sortedParts(rr.Partitions) {
+	for _, p := range sortedKeys(rr.Partitions) {
 		a := rr.Partitions[p]
 		fmt.Fprintf(b, "  partition %d: next_offset %d records %d = processed %d + filtered %d + duplicate %d + dead_lettered %d + too_late %d\n",
 			p, a.NextOffset, a.Records, a.Processed, a.Filtered, a.Duplicate, a.DeadLettered, a.TooLate)
@@ -443,15 +426,6 @@ func (rr *RuleReport) write(b *strings.Builder) {
 
 // indent keeps a multi-line violation (a diff) inside its list item.
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n      ") }
-
-func sortedParts[V any](m map[int32]V) []int32 {
-	ps := make([]int32, 0, len(m))
-	for p := range m {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return ps
-}
 
 // qualifies evaluates the rule's filter on an event, as the pipeline does.
 func (rc *ruleCheck) qualifies(ev *event.Event) bool {
