@@ -610,40 +610,41 @@ func (w *Partition) EncodeKey(name string) []byte {
 // rewrites about a 64th of a key's ids, not all of them.
 func DedupBucketMs(horizonMs int64) int64 { return max(1000, horizonMs/64) }
 
-// dedupName is the entry name of a dedup bucket: "d", the bucket as 8
-// bytes big-endian with the sign bit flipped (so names sort by bucket),
-// then the key.
-func dedupName(r dedup.BucketRef) string {
-	b := make([]byte, 9, 9+len(r.Key))
-	b[0] = 'd'
-	binary.BigEndian.PutUint64(b[1:], uint64(r.Bucket)^(1<<63))
-	return string(append(b, r.Key...))
-}
+// dedupName is the entry name of a dedup bucket: "d", the bucket, then the
+// key (timedName).
+func dedupName(r dedup.BucketRef) string { return timedName('d', r.Bucket, r.Key) }
 
 func parseDedupName(name string) (dedup.BucketRef, bool) {
-	if len(name) < 9 || name[0] != 'd' {
-		return dedup.BucketRef{}, false
-	}
-	return dedup.BucketRef{Key: name[9:], Bucket: int64(binary.BigEndian.Uint64([]byte(name[1:9])) ^ (1 << 63))}, true
+	key, b, ok := parseTimedName('d', name)
+	return dedup.BucketRef{Key: key, Bucket: b}, ok
 }
 
 // paneName is the entry name of one pane of an aggregating rule's tumbling
 // or hopping windows (package aggwindow persists them per pane, so that a
 // commit rewrites the panes that changed, not every window of the key):
-// "p", the pane start as 8 bytes big-endian with the sign bit flipped (so
-// names sort by start), then the key.
-func paneName(r aggwindow.PaneRef) string {
-	b := make([]byte, 9, 9+len(r.Key))
-	b[0] = 'p'
-	binary.BigEndian.PutUint64(b[1:], uint64(r.Start)^(1<<63))
-	return string(append(b, r.Key...))
-}
+// "p", the pane start, then the key (timedName).
+func paneName(r aggwindow.PaneRef) string { return timedName('p', r.Start, r.Key) }
 
 func parsePaneName(name string) (aggwindow.PaneRef, bool) {
-	if len(name) < 9 || name[0] != 'p' {
-		return aggwindow.PaneRef{}, false
+	key, start, ok := parseTimedName('p', name)
+	return aggwindow.PaneRef{Key: key, Start: start}, ok
+}
+
+// timedName is an entry name of one key at one time: the kind byte, t as 8
+// bytes big-endian with the sign bit flipped (so names of a kind sort by
+// time), then the key.
+func timedName(kind byte, t int64, key string) string {
+	b := make([]byte, 9, 9+len(key))
+	b[0] = kind
+	binary.BigEndian.PutUint64(b[1:], uint64(t)^(1<<63))
+	return string(append(b, key...))
+}
+
+func parseTimedName(kind byte, name string) (key string, t int64, ok bool) {
+	if len(name) < 9 || name[0] != kind {
+		return "", 0, false
 	}
-	return aggwindow.PaneRef{Key: name[9:], Start: int64(binary.BigEndian.Uint64([]byte(name[1:9])) ^ (1 << 63))}, true
+	return name[9:], int64(binary.BigEndian.Uint64([]byte(name[1:9])) ^ (1 << 63)), true
 }
 
 // LoadKey restores the named entry.
