@@ -27,6 +27,7 @@ import (
 	"github.com/vibeline/processor/internal/avro"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
@@ -289,18 +290,7 @@ func (e *encoder) wire(r sim.Record, id uint32) (sim.Record, []byte) {
 // to jsonLog (the JSON equivalent of the log, at the same offsets).
 func produceAvro(t *testing.T, seeds []string, topic string, recs []sim.Record, jsonVals [][]byte, log, jsonLog pipeline.Log) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	batch := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		batch[i] = &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-	}
-	if err := cl.ProduceSync(context.Background(), batch...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	batch := kafkatest.Produce(t, seeds, topic, recs...)
 	for i, r := range batch {
 		in := pipeline.Input{Topic: topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, TimestampMs: r.Timestamp.UnixMilli()}
 		log[r.Partition] = append(log[r.Partition], in)
@@ -905,7 +895,7 @@ func TestAvroSeveralRules(t *testing.T) {
 	v2 := f.register("vibration.events-value", writerV2)
 	seeds := newCluster(t)
 	cfg := avroConfig(seeds, t.TempDir(), f)
-	cfg.RulesFile = writeRules(t, avroRules)
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", avroRules)
 	cfg.AlertsFormat = config.FormatAvro
 	rs, err := cfg.Rules()
 	if err != nil {

@@ -3,8 +3,6 @@ package consume
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,11 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
-	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
 )
@@ -33,22 +30,12 @@ const testPartitions = 3
 
 func newCluster(t *testing.T) []string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(testPartitions, "vibration.events"),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return kafkatest.Cluster(t, testPartitions, "vibration.events").ListenAddrs()
 }
 
 func testConfig(seeds []string, dir, instance string) config.Config {
-	cfg := config.Default()
-	cfg.Brokers = seeds
-	cfg.StateDir = dir
-	cfg.InstanceID = instance
+	cfg := kafkatest.Config(seeds, dir, instance)
 	cfg.SessionTimeout = 2 * time.Second
-	cfg.CommitInterval = 20 * time.Millisecond
 	cfg.MaxPollRecords = 500
 	return cfg
 }
@@ -57,18 +44,7 @@ func testConfig(seeds []string, dir, instance string) config.Config {
 // stored it (partition and offset of each record).
 func produce(t *testing.T, seeds []string, topic string, recs []sim.Record, log pipeline.Log) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	batch := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		batch[i] = &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-	}
-	if err := cl.ProduceSync(context.Background(), batch...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	batch := kafkatest.Produce(t, seeds, topic, recs...)
 	for _, r := range batch {
 		log[r.Partition] = append(log[r.Partition], pipeline.Input{
 			Topic: topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value,
@@ -84,29 +60,7 @@ type instance struct {
 
 func start(t *testing.T, cfg config.Config, o Options) *instance {
 	t.Helper()
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Metrics = met
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	p, err := New(cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		err := p.Run(ctx)
-		if err != nil {
-			t.Logf("processor %s stopped: %v", cfg.InstanceID, err)
-		}
-		in.done <- err
-	}()
-	return in
+	return startWith(t, cfg, o, prometheus.NewRegistry())
 }
 
 func (in *instance) stop(t *testing.T) {
@@ -129,30 +83,11 @@ func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return le
 // waitConsumed waits until the group committed every input record.
 func waitConsumed(t *testing.T, seeds []string, cfg config.Config, log pipeline.Log) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
+	want := map[int32]int64{}
+	for p, recs := range log {
+		want[p] = recs[len(recs)-1].Offset + 1
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), cfg.GroupID)
-		if err == nil {
-			done := true
-			for p, recs := range log {
-				o, ok := offs.Lookup(cfg.Topics.Input, p)
-				if !ok || o.At < recs[len(recs)-1].Offset+1 {
-					done = false
-				}
-			}
-			if done {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("input not fully committed within 60s")
+	kafkatest.WaitCommitted(t, seeds, cfg.GroupID, cfg.Topics.Input, want, 60*time.Second)
 }
 
 // readAll reads topics read_committed up to their end offsets.
@@ -251,12 +186,7 @@ func simRecords(n int, seed uint64) []sim.Record {
 	o.EpisodeRate = 0.05
 	o.OutageLength = 11 * time.Minute // past the allowed lateness: too-late records
 	o.OutageRate = 0.004
-	line := sim.New(o)
-	recs := make([]sim.Record, n)
-	for i := range recs {
-		recs[i] = line.Next()
-	}
-	return recs
+	return kafkatest.Records(sim.New(o), n)
 }
 
 func checkAgainstReference(t *testing.T, seeds []string, cfg config.Config, log pipeline.Log) {

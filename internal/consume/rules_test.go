@@ -5,18 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
 )
@@ -61,15 +60,6 @@ const multiRules = `rules:
     outputs: {alerts: vibration.peak.alerts}
 `
 
-func writeRules(t *testing.T, text string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // fingerprints groups output records by topic as sorted fingerprints.
 func fingerprints(recs []*kgo.Record) map[string][]string {
 	out := map[string][]string{}
@@ -94,7 +84,7 @@ func fingerprints(recs []*kgo.Record) map[string][]string {
 func TestSeveralRulesMatchReference(t *testing.T) {
 	seeds := newCluster(t)
 	cfg := testConfig(seeds, t.TempDir(), "m")
-	cfg.RulesFile = writeRules(t, multiRules)
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", multiRules)
 	rs, err := cfg.Rules()
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +97,7 @@ func TestSeveralRulesMatchReference(t *testing.T) {
 	// partitions interleave, must apply every event.
 	o := sim.Demo()
 	o.Machines, o.Seed, o.EpisodeRate, o.OutageRate = 12, 5, 0.05, 0
-	line := sim.New(o)
-	recs := make([]sim.Record, 9000)
-	for i := range recs {
-		recs[i] = line.Next()
-	}
+	recs := kafkatest.Records(sim.New(o), 9000)
 	// Every source partition has records before the processor starts, so
 	// that none starts far behind the others: a repartitioned rule's
 	// watermark follows the slowest source partition that has sent records
@@ -285,36 +271,11 @@ func refOutputs(st *pipeline.Stage, log pipeline.Log) ([]pipeline.Output, pipeli
 // source forwards is then in the topic).
 func waitRepartitioned(t *testing.T, seeds []string, group, topic string) {
 	t.Helper()
-	last := map[int32]int64{}
-	for _, r := range readAll(t, seeds, topic) {
-		last[r.Partition] = max(last[r.Partition], r.Offset+1)
-	}
+	last := kafkatest.NextOffsets(readAll(t, seeds, topic))
 	if len(last) == 0 {
 		t.Fatalf("nothing reached the repartition topic %s", topic)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), group)
-		if err == nil {
-			done := true
-			for p, next := range last {
-				if c, ok := offs.Lookup(topic, p); !ok || c.At < next {
-					done = false
-				}
-			}
-			if done {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("the repartition topic %s was not consumed within 60s", topic)
+	kafkatest.WaitCommitted(t, seeds, group, topic, last, 60*time.Second)
 }
 
 // A rule changed without a version bump is refused: its stored state (in
@@ -369,15 +330,9 @@ func TestChangedRuleWithSameVersionRefused(t *testing.T) {
 // source only, and its outputs equal its reference exactly; the metric
 // labels of the second source's partitions name the topic.
 func TestRulesOverTwoSources(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(testPartitions, "vibration.events", "line2.events"),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	seeds := c.ListenAddrs()
+	seeds := kafkatest.Cluster(t, testPartitions, "vibration.events", "line2.events").ListenAddrs()
 	cfg := testConfig(seeds, t.TempDir(), "two")
-	cfg.RulesFile = writeRules(t, `rules:
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", `rules:
   - id: line1
     version: 1
     source: vibration.events
@@ -432,7 +387,7 @@ func TestRulesOverTwoSources(t *testing.T) {
 func TestRepartitionRecordsPurged(t *testing.T) {
 	seeds := newCluster(t)
 	cfg := testConfig(seeds, t.TempDir(), "purge")
-	cfg.RulesFile = writeRules(t, `rules:
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", `rules:
   - id: per-sensor
     version: 1
     source: vibration.events

@@ -12,11 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/reconcile"
@@ -28,16 +28,7 @@ import (
 // input's partition count) topics and returns a config for it.
 func newCluster(t *testing.T) config.Config {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cfg := config.Default()
-	cfg.Brokers = c.ListenAddrs()
-	cfg.StateDir = t.TempDir()
-	cfg.InstanceID = "r"
-	cfg.CommitInterval = 20 * time.Millisecond
+	cfg := kafkatest.Config(kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs(), t.TempDir(), "r")
 	createTopic(t, cfg, cfg.Topics.DLQ, 3)
 	return cfg
 }

@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/sim"
 )
@@ -23,16 +22,7 @@ import (
 // cluster and returns the cluster's addresses and the config.
 func processed(t *testing.T) config.Config {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cfg := config.Default()
-	cfg.Brokers = c.ListenAddrs()
-	cfg.StateDir = t.TempDir()
-	cfg.InstanceID = "r"
-	cfg.CommitInterval = 20 * time.Millisecond
+	cfg := kafkatest.Config(kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs(), t.TempDir(), "r")
 
 	o := sim.Demo()
 	o.Machines = 12
@@ -41,11 +31,6 @@ func processed(t *testing.T) config.Config {
 	o.OutageLength = 11 * time.Minute
 	o.OutageRate = 0.004
 	line := sim.New(o)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(cfg.Topics.Input))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -58,38 +43,37 @@ func processed(t *testing.T) config.Config {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	// Produced in chunks while the processor runs: many commits.
-	var batch []*kgo.Record
-	for i := 0; i < 10_000; i++ {
-		r := line.Next()
-		batch = append(batch, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-		if i%1000 == 999 {
-			if err := prod.ProduceSync(context.Background(), batch[len(batch)-1000:]...).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(40 * time.Millisecond)
-		}
+	var produced []*kgo.Record
+	for range 10 {
+		produced = append(produced, kafkatest.Produce(t, cfg.Brokers, cfg.Topics.Input, kafkatest.Records(line, 1000)...)...)
+		time.Sleep(40 * time.Millisecond)
 	}
-	adm := kadm.NewClient(prod)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		offs, err := adm.FetchOffsets(ctx, cfg.GroupID)
-		var sum int64
-		if err == nil {
-			offs.Each(func(o kadm.OffsetResponse) { sum += o.At })
-		}
-		if sum == int64(len(batch)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not consumed in time (%d of %d)", sum, len(batch))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// accountingStamps returns the timestamps of the accounting records of
+// the changelog topic: at least 4 of them, to split a range at.
+func accountingStamps(t *testing.T, brokers []string, changelog string) []time.Time {
+	t.Helper()
+	cl, err := ReadCommitted(context.Background(), brokers, changelog, 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stamps []time.Time
+	for _, r := range cl {
+		if string(r.Key) == "a" {
+			stamps = append(stamps, r.Timestamp)
+		}
+	}
+	if len(stamps) < 4 {
+		t.Fatalf("only %d accounting records", len(stamps))
+	}
+	return stamps
 }
 
 func TestReconcile(t *testing.T) {
@@ -147,19 +131,7 @@ func TestReconcile(t *testing.T) {
 // and together they cover every alert revision.
 func TestReconcileRange(t *testing.T) {
 	cfg := processed(t)
-	cl, err := ReadCommitted(context.Background(), cfg.Brokers, cfg.ChangelogTopic(), 10*time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stamps []time.Time
-	for _, r := range cl {
-		if string(r.Key) == "a" {
-			stamps = append(stamps, r.Timestamp)
-		}
-	}
-	if len(stamps) < 4 {
-		t.Fatalf("only %d accounting records", len(stamps))
-	}
+	stamps := accountingStamps(t, cfg.Brokers, cfg.ChangelogTopic())
 	slices := func(from, to time.Time) *Report {
 		rep, err := Run(context.Background(), Options{Config: cfg, From: from, To: to, Timeout: 30 * time.Second})
 		if err != nil {

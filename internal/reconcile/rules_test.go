@@ -5,20 +5,18 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
@@ -86,20 +84,8 @@ func processedRules(t *testing.T) config.Config {
 // of the simulated line o.
 func processedWith(t *testing.T, rulesText string, o sim.Options, total int) config.Config {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cfg := config.Default()
-	cfg.Brokers = c.ListenAddrs()
-	cfg.StateDir = t.TempDir()
-	cfg.InstanceID = "rules"
-	cfg.CommitInterval = 20 * time.Millisecond
-	cfg.RulesFile = filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(cfg.RulesFile, []byte(rulesText), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := kafkatest.Config(kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs(), t.TempDir(), "rules")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", rulesText)
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -114,24 +100,13 @@ func processedWith(t *testing.T, rulesText string, o sim.Options, total int) con
 	go func() { done <- p.Run(ctx) }()
 
 	line := sim.New(o)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic("vibration.events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
+	var produced []*kgo.Record
 	const chunk = 1000
 	for i := 0; i < total; i += chunk {
-		batch := make([]*kgo.Record, 0, chunk)
-		for range chunk {
-			r := line.Next()
-			batch = append(batch, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-		}
-		if err := prod.ProduceSync(context.Background(), batch...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		produced = append(produced, kafkatest.Produce(t, cfg.Brokers, "vibration.events", kafkatest.Records(line, chunk)...)...)
 		time.Sleep(40 * time.Millisecond)
 	}
-	waitCommitted(t, prod, cfg.GroupID, "vibration.events", int64(total))
+	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, "vibration.events", kafkatest.NextOffsets(produced), 30*time.Second)
 	rs, err := cfg.Rules()
 	if err != nil {
 		t.Fatal(err)
@@ -148,31 +123,6 @@ func processedWith(t *testing.T, rulesText string, o sim.Options, total int) con
 	return cfg
 }
 
-// waitCommitted waits until the group's offsets on topic add up to n.
-func waitCommitted(t *testing.T, cl *kgo.Client, group, topic string, n int64) {
-	t.Helper()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		offs, err := adm.FetchOffsets(context.Background(), group)
-		var sum int64
-		if err == nil {
-			offs.Each(func(o kadm.OffsetResponse) {
-				if o.Topic == topic {
-					sum += o.At
-				}
-			})
-		}
-		if sum == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d of %d records committed in time", topic, sum, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // waitRepartitionConsumed waits until the group committed every data
 // record of the repartition topic (after the source was consumed: all it
 // forwards is then there), so the repartitioned rule has alerts.
@@ -182,33 +132,13 @@ func waitRepartitionConsumed(t *testing.T, cfg config.Config, topic string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := map[int32]int64{}
+	var data []*kgo.Record
 	for _, r := range recs {
 		if len(r.Value) > 0 {
-			last[r.Partition] = r.Offset + 1
+			data = append(data, r)
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), cfg.GroupID)
-		done := err == nil
-		for p, next := range last {
-			if o, ok := offs.Lookup(topic, p); !ok || o.At < next {
-				done = false
-			}
-		}
-		if done {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s not consumed in time", topic)
+	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, topic, kafkatest.NextOffsets(data), 30*time.Second)
 }
 
 // ruleReport returns the section of rule id.
@@ -332,19 +262,7 @@ func testRulesRange(t *testing.T, o Options, revisions int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := ReadCommitted(context.Background(), o.Config.Brokers, o.Config.ChangelogFor(rs[0]), 10*time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stamps []time.Time
-	for _, r := range cl {
-		if string(r.Key) == "a" {
-			stamps = append(stamps, r.Timestamp)
-		}
-	}
-	if len(stamps) < 4 {
-		t.Fatalf("only %d accounting records", len(stamps))
-	}
+	stamps := accountingStamps(t, o.Config.Brokers, o.Config.ChangelogFor(rs[0]))
 	mid := stamps[len(stamps)/2]
 	a, b := o, o
 	a.To, b.From = mid, mid

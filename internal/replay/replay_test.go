@@ -6,20 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/reconcile"
 	"github.com/vibeline/processor/internal/sim"
@@ -54,63 +52,17 @@ func (r *running) stop(t *testing.T) {
 	}
 }
 
-func waitCommitted(t *testing.T, cfg config.Config, n int64) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		offs, err := adm.FetchOffsets(context.Background(), cfg.GroupID)
-		var sum int64
-		if err == nil {
-			offs.Each(func(o kadm.OffsetResponse) { sum += o.At })
-		}
-		if sum == n {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("group %s did not commit %d records in time", cfg.GroupID, n)
-}
-
 func TestReplayIntoNewVersion(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	v1 := config.Default()
-	v1.Brokers = c.ListenAddrs()
-	v1.StateDir = t.TempDir()
-	v1.InstanceID = "r"
+	v1 := kafkatest.Config(kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs(), t.TempDir(), "r")
 	v1.SessionTimeout = 2 * time.Second
-	v1.CommitInterval = 20 * time.Millisecond
 
 	o := sim.Demo()
 	o.Machines = 10
 	o.EpisodeRate = 0.05
-	line := sim.New(o)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(v1.Brokers...), kgo.DefaultProduceTopic(v1.Topics.Input))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	const n = 6000
-	var recs []*kgo.Record
-	for i := 0; i < n; i++ {
-		r := line.Next()
-		recs = append(recs, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-	}
-	if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	input := kafkatest.NextOffsets(kafkatest.Produce(t, v1.Brokers, v1.Topics.Input, kafkatest.Records(sim.New(o), n)...))
 	p := startProcessor(t, v1)
-	waitCommitted(t, v1, n)
+	kafkatest.WaitCommitted(t, v1.Brokers, v1.GroupID, "vibration.events", input, 30*time.Second)
 
 	v2 := v1
 	v2.Rule.Version = 2
@@ -154,7 +106,7 @@ func TestReplayIntoNewVersion(t *testing.T) {
 	// v2 reprocesses everything on fresh state, and its outputs are a
 	// correct v2 computation (reconcile recomputes them).
 	p = startProcessor(t, v2)
-	waitCommitted(t, v2, n)
+	kafkatest.WaitCommitted(t, v2.Brokers, v2.GroupID, "vibration.events", input, 30*time.Second)
 	p.stop(t)
 	rep, err := reconcile.Run(context.Background(), reconcile.Options{Config: v2, Recompute: false, Timeout: 20 * time.Second})
 	if err != nil {
@@ -202,14 +154,8 @@ func TestReplayIntoNewVersion(t *testing.T) {
 // both resets the input once, with both rules' empty-state positions in
 // the offsets' metadata, and both recompute everything.
 func TestReplayRulesFile(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "vibration.events"),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	seeds := kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs()
 	file := func(version int) string {
-		path := filepath.Join(t.TempDir(), "rules.yaml")
 		text := fmt.Sprintf(`rules:
   - id: high
     version: %[1]d
@@ -226,41 +172,22 @@ func TestReplayRulesFile(t *testing.T) {
     threshold: agg > 4
     outputs: {alerts: avg.alerts}
 `, version)
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return kafkatest.WriteFile(t, "rules.yaml", text)
 	}
-	v1 := config.Default()
-	v1.Brokers = c.ListenAddrs()
-	v1.StateDir = t.TempDir()
-	v1.InstanceID = "r"
+	v1 := kafkatest.Config(seeds, t.TempDir(), "r")
 	v1.SessionTimeout = 2 * time.Second
-	v1.CommitInterval = 20 * time.Millisecond
 	v1.RulesFile = file(1)
-	line := sim.New(sim.Demo())
-	prod, err := kgo.NewClient(kgo.SeedBrokers(v1.Brokers...), kgo.DefaultProduceTopic("vibration.events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	const n = 3000
-	var recs []*kgo.Record
-	for range n {
-		r := line.Next()
-		recs = append(recs, &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-	}
-	if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	input := kafkatest.NextOffsets(kafkatest.Produce(t, v1.Brokers, "vibration.events", kafkatest.Records(sim.New(sim.Demo()), n)...))
 	p := startProcessor(t, v1)
-	waitCommitted(t, v1, n)
+	kafkatest.WaitCommitted(t, v1.Brokers, v1.GroupID, "vibration.events", input, 30*time.Second)
 	p.stop(t)
 
 	v2 := v1
 	v2.RulesFile = file(2)
 	deadline := time.Now().Add(15 * time.Second)
 	var plan Plan
+	var err error
 	for {
 		plan, err = Run(context.Background(), Options{Config: v2})
 		if !errors.Is(err, ErrLiveMembers) || time.Now().After(deadline) {
@@ -289,7 +216,7 @@ func TestReplayRulesFile(t *testing.T) {
 		}
 	})
 	p = startProcessor(t, v2)
-	waitCommitted(t, v2, n)
+	kafkatest.WaitCommitted(t, v2.Brokers, v2.GroupID, "vibration.events", input, 30*time.Second)
 	p.stop(t)
 	for _, topic := range []string{"high.alerts", "avg.alerts"} {
 		recs, err := reconcile.ReadCommitted(context.Background(), v2.Brokers, topic, 10*time.Second, nil)
