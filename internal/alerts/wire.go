@@ -527,34 +527,22 @@ func (w *wireIn) alert(parse func(string) (int64, error)) (Alert, error) {
 		AlertID:     *w.AlertID,
 		Revision:    *w.Revision,
 		Status:      *w.Status,
+		MergedInto:  orZero(w.MergedInto),
 		RuleID:      *w.RuleID,
 		RuleVersion: *w.RuleVersion,
 		MachineID:   *w.MachineID,
+		Count:       orZero(w.Count),
+		KeyField:    orZero(w.KeyField),
+		Key:         orZero(w.Key),
+		Late:        orZero(w.Late),
 		Watermark:   WatermarkNone,
-	}
-	if w.Count != nil {
-		a.Count = *w.Count
-	}
-	if w.Late != nil {
-		a.Late = *w.Late
-	}
-	if w.Reason != nil {
-		a.Reason = *w.Reason
-	}
-	if w.KeyField != nil {
-		a.KeyField = *w.KeyField
-	}
-	if w.Key != nil {
-		a.Key = *w.Key
+		Reason:      orZero(w.Reason),
 	}
 	if g := w.Aggregate; g != nil {
 		if g.Fn == nil || g.Value == nil {
 			return Alert{}, errors.New("alerts: decode aggregate: a member is missing or null")
 		}
 		a.Aggregate = &Aggregate{Fn: *g.Fn, Value: *g.Value}
-	}
-	if w.MergedInto != nil {
-		a.MergedInto = *w.MergedInto
 	}
 	var err error
 	if a.Start, err = parse(*w.Start); err != nil {
@@ -589,4 +577,14 @@ func (w *wireIn) alert(parse func(string) (int64, error)) (Alert, error) {
 		})
 	}
 	return a, nil
+}
+
+// orZero is *p, or the zero value when p is nil (an optional member that
+// is missing or null).
+func orZero[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
 }
