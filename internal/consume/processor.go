@@ -379,6 +379,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		opts = append(opts,
 			kgo.TransactionalID(p.cfg.TransactionalID()),
 			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
+			kgo.ProducerLinger(time.Minute),
+			kgo.MaxBufferedRecords(100_000),
 		)
 		p.sess, err = txn.NewExactlyOnce(startCtx, opts...)
 	}

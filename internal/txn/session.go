@@ -73,17 +73,24 @@ func (e *eos) Produce(ctx context.Context, r *kgo.Record) {
 }
 
 func (e *eos) End(ctx context.Context, commit bool, meta MetaFunc) (bool, error) {
-	// Flush first: without it every batch would wait out the linger, and the
-	// promise's error is only final once every record was acknowledged.
+	// Flush first (or, for an abort, fail what is still buffered): without
+	// it every batch would wait out the linger, which the processor sets to
+	// the whole transaction, and the promise's error is only final once
+	// every record was acknowledged or failed.
 	var produceErr error
 	if commit {
 		if err := e.sess.Client().Flush(ctx); err != nil {
 			return false, fmt.Errorf("txn: flush: %w", err)
 		}
+	} else if err := e.sess.Client().AbortBufferedRecords(ctx); err != nil {
+		return false, fmt.Errorf("txn: abort buffered records: %w", err)
 	}
 	if e.promise != nil {
 		produceErr = e.promise.Err()
 		e.promise = nil
+		if !commit && errors.Is(produceErr, kgo.ErrAborting) {
+			produceErr = nil // the records this abort failed itself
+		}
 	}
 	try := kgo.TryAbort
 	if commit && produceErr == nil {

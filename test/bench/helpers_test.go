@@ -109,7 +109,12 @@ func createTopicWith(b *testing.B, owner testing.TB, seeds []string, name string
 
 // deleteTopicsAndGroup deletes topics (missing ones are fine) and, if not
 // empty, group. Errors are logged: the figures are already measured.
+// BENCH_KEEP_TOPICS=1 keeps them, to look at what a run wrote.
 func deleteTopicsAndGroup(tb testing.TB, seeds []string, group string, topics ...string) {
+	if os.Getenv("BENCH_KEEP_TOPICS") == "1" {
+		tb.Logf("clean-up: BENCH_KEEP_TOPICS=1: keeping group %q and topics %s", group, strings.Join(topics, ", "))
+		return
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		tb.Logf("clean-up: %v", err)
