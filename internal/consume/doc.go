@@ -6,13 +6,14 @@
 // abort.
 //
 // Invariants:
-//   - Run's goroutine owns all partition state. Within one poll it hands
-//     each partition's records to one worker goroutine (at most GOMAXPROCS
-//     at once) and waits for all of them before it goes on: a partition's
+//   - Run's goroutine owns all partition state. It hands each poll's
+//     records of a partition to a worker goroutine that runs after that
+//     partition's previous one (at most GOMAXPROCS at once) and polls on;
+//     before a batch ends it waits for all of them (drain): a partition's
 //     state is never touched by two goroutines at a time, and a key's
-//     outputs come from one goroutine, in order. Rebalance callbacks run
-//     only between batches (BlockRebalanceOnPoll), and the restore callback
-//     installs a partition before any of its records is polled.
+//     outputs come in offset order. Rebalance callbacks run only between
+//     batches (BlockRebalanceOnPoll), and the restore callback installs a
+//     partition before any of its records is polled.
 //   - In-memory state is the committed state plus the open batch's changes;
 //     on an abort it is thrown away and reloaded from the local store, which
 //     holds exactly the committed state.

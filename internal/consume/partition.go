@@ -61,6 +61,7 @@ type part struct {
 	// Of the open batch:
 	stats   batchStats
 	touched bool
+	lastJob chan struct{} // closed when its last dispatched job finished (Processor.dispatch)
 }
 
 // fwdState is what a source partition's forwarder knows.
@@ -185,4 +186,40 @@ func (b *batchStats) reset() {
 	clear(b.alerts)
 	clear(b.dlq)
 	b.vals, b.ts = b.vals[:0], b.ts[:0]
+}
+
+// clEntry is one changelog entry of a rule's partition at a commit.
+type clEntry struct {
+	rp          *rulePart
+	name, value []byte
+}
+
+// changelogEntries sweeps the state of every rule of the partition and
+// returns what the batch changed, in order: per rule its dirty key entries,
+// then the meta, extra, hash and accounting records. It touches only this
+// partition's state, so partitions are encoded in parallel.
+func (pt *part) changelogEntries() ([]clEntry, error) {
+	var out []clEntry
+	for _, rp := range pt.rs {
+		rp.win.Sweep()
+		names, meta := rp.win.Dirty()
+		for _, k := range names {
+			out = append(out, clEntry{rp, append([]byte{changelogKeyPrefix}, k...), rp.win.EncodeKey(k)})
+		}
+		if meta {
+			out = append(out, clEntry{rp, []byte(changelogMeta), rp.win.EncodeMeta()})
+		}
+		if rp.win.ExtraDirty() {
+			out = append(out, clEntry{rp, []byte(changelogExtra), rp.win.EncodeExtra()})
+		}
+		if !rp.hashOK {
+			out = append(out, clEntry{rp, []byte(changelogHash), []byte(rp.t.rule.Hash)})
+		}
+		acct, err := jsonMarshal(rp.batchAcct)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, clEntry{rp, []byte(changelogAcct), acct})
+	}
+	return out, nil
 }

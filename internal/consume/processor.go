@@ -59,6 +59,13 @@ type Processor struct {
 	abortFn func() bool
 	workers int // partitions processed in parallel
 
+	// The open batch's partition jobs (dispatch): jobs counts the
+	// unfinished ones, running bounds the ones that run at once (workers),
+	// queued the dispatched, unfinished ones (the loop waits beyond it).
+	jobs    sync.WaitGroup
+	running chan struct{}
+	queued  chan struct{}
+
 	tasks   []*task            // one per rule
 	sources map[string]*source // by subscribed topic
 	topics  []string           // subscribed topics, sorted
@@ -182,6 +189,8 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		onCmt:      o.OnCommit,
 		abortFn:    o.AbortBatch,
 		workers:    runtime.GOMAXPROCS(0),
+		running:    make(chan struct{}, runtime.GOMAXPROCS(0)),
+		queued:     make(chan struct{}, 4*runtime.GOMAXPROCS(0)),
 		purgeEvery: cmp.Or(o.PurgeEvery, PurgeEvery),
 		sources:    map[string]*source{},
 		parts:      map[pkey]*part{},
@@ -477,6 +486,7 @@ func (p *Processor) baseOpts() []kgo.Opt {
 }
 
 func (p *Processor) loop(ctx context.Context) error {
+	defer p.drain() // no job outlives the loop, whatever it returns
 	for {
 		if ctx.Err() != nil {
 			return p.shutdown()
@@ -541,12 +551,13 @@ func (p *Processor) shutdown() error {
 	return nil
 }
 
-// processFetches runs the polled records through the pipeline. Each input
-// partition's records are handled by one goroutine, in offset order, on
-// that partition's own state; partitions run in parallel (up to GOMAXPROCS
-// at once). Nothing is shared between them but the transactional producer,
-// which is safe for concurrent use; a key's outputs come from one goroutine,
-// so their order is kept.
+// processFetches hands the polled records to the pipeline (dispatch). Each
+// input partition's records are handled by one goroutine at a time, in
+// offset order, on that partition's own state; partitions run in parallel
+// (up to GOMAXPROCS at once), also with the loop's next polls. Nothing is
+// shared between them but the transactional producer, which is safe for
+// concurrent use; a key's outputs come from one goroutine at a time, in
+// order.
 func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) error {
 	type work struct {
 		pt *part
@@ -597,31 +608,73 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 			p.batch = append(p.batch, w.pt)
 		}
 	}
-	run := func(w work) {
-		w.pt.endOffset = w.fp.LastStableOffset
-		for _, r := range w.fp.Records {
-			p.handle(ctx, w.pt, r)
-		}
-		w.pt.lastRecord = w.fp.Records[len(w.fp.Records)-1].Timestamp
+	for _, w := range todo {
+		p.dispatch(w.pt, func() {
+			w.pt.endOffset = w.fp.LastStableOffset
+			for _, r := range w.fp.Records {
+				p.handle(ctx, w.pt, r)
+			}
+			w.pt.lastRecord = w.fp.Records[len(w.fp.Records)-1].Timestamp
+		})
 	}
-	if len(todo) == 1 || p.workers <= 1 {
-		for _, w := range todo {
-			run(w)
+	return nil
+}
+
+// dispatch runs job, which handles polled records of pt, on a worker
+// goroutine after pt's previously dispatched job, and returns without
+// waiting for it, so that the loop polls on while the workers process:
+// a poll usually holds one or two partitions' records (franz-go hands out
+// a partition's fetched records before the next one's), and waiting for
+// each poll would leave the other cores idle. At most p.workers jobs run
+// at once; dispatch blocks while 4*p.workers are unfinished. drain waits
+// for all of them: the batch ends (commit or abort) only after it.
+func (p *Processor) dispatch(pt *part, job func()) {
+	if p.workers <= 1 {
+		job()
+		return
+	}
+	p.queued <- struct{}{}
+	prev, done := pt.lastJob, make(chan struct{})
+	pt.lastJob = done
+	p.jobs.Add(1)
+	go func() {
+		defer func() {
+			close(done)
+			<-p.queued
+			p.jobs.Done()
+		}()
+		if prev != nil {
+			<-prev // a partition's records are handled in offset order
 		}
-		return nil
+		p.running <- struct{}{}
+		defer func() { <-p.running }()
+		job()
+	}()
+}
+
+// drain waits until every dispatched job has finished.
+func (p *Processor) drain() { p.jobs.Wait() }
+
+// parallel calls fn(0) ... fn(n-1), up to p.workers at once, and returns
+// when all have returned.
+func (p *Processor) parallel(n int, fn func(i int)) {
+	if n == 1 || p.workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
 	}
 	sem := make(chan struct{}, p.workers)
 	var wg sync.WaitGroup
-	for _, w := range todo {
+	for i := range n {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			run(w)
+			fn(i)
 		}()
 	}
 	wg.Wait()
-	return nil
 }
 
 // handle runs one input record through every rule that reads its topic
@@ -759,6 +812,7 @@ func (p *Processor) holdBack(ctx context.Context, held []pkey) error {
 // batch did not touch (at_least_once rewinds by itself; exactly_once's
 // session rewinds every polled partition).
 func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) error {
+	p.drain()
 	start := p.now()
 	batches := map[*task]*state.Batch{}
 	var stageErr error
@@ -776,33 +830,21 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		rp.lastCL = rec
 		stageErr = b.Put(id, name, value)
 	}
-	if commit {
+	if commit { // nothing to write for an abort
 		p.markers(ctx)
-	}
-	for _, pt := range p.batch {
-		if !commit {
-			break // nothing to write for an abort
-		}
-		for _, rp := range pt.rs {
-			rp.win.Sweep()
-			names, meta := rp.win.Dirty()
-			for _, k := range names {
-				stage(rp, pt.id, append([]byte{changelogKeyPrefix}, k...), rp.win.EncodeKey(k))
+		// The partitions' entries are encoded in parallel (a partition's
+		// rules share its dedup store, so one goroutine per partition),
+		// then produced and staged in order.
+		entries := make([][]clEntry, len(p.batch))
+		errs := make([]error, len(p.batch))
+		p.parallel(len(p.batch), func(i int) { entries[i], errs[i] = p.batch[i].changelogEntries() })
+		for i, pt := range p.batch {
+			if errs[i] != nil && stageErr == nil {
+				stageErr = errs[i]
 			}
-			if meta {
-				stage(rp, pt.id, []byte(changelogMeta), rp.win.EncodeMeta())
+			for _, e := range entries[i] {
+				stage(e.rp, pt.id, e.name, e.value)
 			}
-			if rp.win.ExtraDirty() {
-				stage(rp, pt.id, []byte(changelogExtra), rp.win.EncodeExtra())
-			}
-			if !rp.hashOK {
-				stage(rp, pt.id, []byte(changelogHash), []byte(rp.t.rule.Hash))
-			}
-			acct, err := jsonMarshal(rp.batchAcct)
-			if err != nil {
-				stageErr = err
-			}
-			stage(rp, pt.id, []byte(changelogAcct), acct)
 		}
 	}
 	discard := func() {
@@ -857,12 +899,17 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			}
 		}
 	}
-	for _, t := range p.tasks {
-		if b := batches[t]; b != nil {
-			if err := b.Commit(); err != nil {
-				return err
-			}
+	// One Pebble store per rule: their batches commit in parallel (a
+	// restore compares each store's checkpoint with the committed offsets,
+	// so a crash may leave any subset of them written).
+	commitErrs := make([]error, len(p.tasks))
+	p.parallel(len(p.tasks), func(i int) {
+		if b := batches[p.tasks[i]]; b != nil {
+			commitErrs[i] = b.Commit()
 		}
+	})
+	if err := errors.Join(commitErrs...); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	for _, pt := range p.parts {
