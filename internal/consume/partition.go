@@ -44,8 +44,10 @@ type pkey struct {
 }
 
 // part is one owned input partition: the state of every rule that reads it.
-// Only Run's goroutine (and, within a poll, the one worker it hands the
-// partition to) touches it.
+// Only Run's goroutine, or the one worker that runs the partition's current
+// job (Processor.dispatch), touches it; Run's goroutine only between
+// batches (after drain) or for the open batch's bookkeeping (touched,
+// lastJob).
 type part struct {
 	pkey
 	src *source

@@ -46,18 +46,24 @@ type Options struct {
 	AbortBatch func() bool
 	// PurgeEvery overrides PurgeEvery (tests).
 	PurgeEvery time.Duration
+
+	// afterJob, if set, is called by a worker after it handled n polled
+	// records (tests in this package: when the records are in the open
+	// batch).
+	afterJob func(n int)
 }
 
 // Processor is one running instance of the processor.
 type Processor struct {
-	cfg     config.Config
-	log     *slog.Logger
-	met     *metrics.Metrics
-	now     func() time.Time
-	extra   []kgo.Opt
-	onCmt   func()
-	abortFn func() bool
-	workers int // partitions processed in parallel
+	cfg      config.Config
+	log      *slog.Logger
+	met      *metrics.Metrics
+	now      func() time.Time
+	extra    []kgo.Opt
+	onCmt    func()
+	abortFn  func() bool
+	afterJob func(n int)
+	workers  int // partitions processed in parallel
 
 	// The open batch's partition jobs (dispatch): jobs counts the
 	// unfinished ones, running bounds the ones that run at once (workers),
@@ -188,6 +194,7 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		extra:      o.ExtraKgoOpts,
 		onCmt:      o.OnCommit,
 		abortFn:    o.AbortBatch,
+		afterJob:   o.afterJob,
 		workers:    runtime.GOMAXPROCS(0),
 		running:    make(chan struct{}, runtime.GOMAXPROCS(0)),
 		queued:     make(chan struct{}, 4*runtime.GOMAXPROCS(0)),
@@ -608,13 +615,21 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 			p.batch = append(p.batch, w.pt)
 		}
 	}
+	// The jobs' records linger in the producer until the batch's flush
+	// (exactly_once), and franz-go fails a buffered record whose context
+	// ended: a shutdown (Run's ctx cancelled) must still commit the open
+	// batch, so the outputs are produced without that cancellation.
+	pctx := context.WithoutCancel(ctx)
 	for _, w := range todo {
 		p.dispatch(w.pt, func() {
 			w.pt.endOffset = w.fp.LastStableOffset
 			for _, r := range w.fp.Records {
-				p.handle(ctx, w.pt, r)
+				p.handle(pctx, w.pt, r)
 			}
 			w.pt.lastRecord = w.fp.Records[len(w.fp.Records)-1].Timestamp
+			if p.afterJob != nil {
+				p.afterJob(len(w.fp.Records))
+			}
 		})
 	}
 	return nil
@@ -909,6 +924,11 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		}
 	})
 	if err := errors.Join(commitErrs...); err != nil {
+		for i, t := range p.tasks {
+			if b := batches[t]; b != nil && commitErrs[i] != nil {
+				b.Discard() // a failed Commit did not close it
+			}
+		}
 		return err
 	}
 	p.mu.Lock()
@@ -980,8 +1000,8 @@ const IdleAfter = 30 * time.Second
 // forwarded, so they never run ahead of those records.
 func (p *Processor) markers(ctx context.Context) {
 	now := p.now()
+	var out []*kgo.Record
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, pt := range p.parts {
 		src := pt.src
 		if len(src.forwards) == 0 || src.partitions == 0 {
@@ -999,10 +1019,15 @@ func (p *Processor) markers(ctx context.Context) {
 		}
 		for _, t := range src.forwards {
 			for q := 0; q < src.partitions; q++ {
-				p.sess.Produce(ctx, &kgo.Record{Topic: t.input, Partition: int32(q), Headers: kh})
+				out = append(out, &kgo.Record{Topic: t.input, Partition: int32(q), Headers: kh})
 			}
 		}
 		f.sent, f.sentMax, f.sentIdle = true, f.max, idle
+	}
+	p.mu.Unlock()
+	// Produced outside p.mu: Produce may wait for buffer space.
+	for _, r := range out {
+		p.sess.Produce(ctx, r)
 	}
 }
 

@@ -348,3 +348,38 @@ func TestAtLeastOnceMode(t *testing.T) {
 		})
 	}
 }
+
+// A clean shutdown commits the open batch. Its outputs linger in the
+// producer until the batch's flush, and franz-go fails a buffered record
+// whose produce context ended: cancelling Run must not turn the shutdown's
+// commit into an abort (the records would be processed again after the
+// restart, and the work of a commit interval lost).
+func TestShutdownCommitsTheOpenBatch(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "s")
+	cfg.CommitInterval = 50 * time.Second // no commit before the shutdown
+	log := pipeline.Log{}
+	recs := simRecords(12_000, 1)
+	produce(t, seeds, cfg.Topics.Input, recs, log)
+	var handled atomic.Int64
+	in := start(t, cfg, Options{afterJob: func(n int) { handled.Add(int64(n)) }})
+	deadline := time.Now().Add(30 * time.Second)
+	for handled.Load() < int64(len(recs)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the processor handled %d of %d records in 30s", handled.Load(), len(recs))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	in.stop(t)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("shutdown took %v", d)
+	}
+	// stop returned after the shutdown's commit: the offsets are there.
+	want := map[int32]int64{}
+	for p, rs := range log {
+		want[p] = rs[len(rs)-1].Offset + 1
+	}
+	kafkatest.WaitCommitted(t, seeds, cfg.GroupID, cfg.Topics.Input, want, 2*time.Second)
+	checkAgainstReference(t, seeds, cfg, log)
+}

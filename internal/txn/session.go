@@ -16,7 +16,9 @@ import (
 type MetaFunc func(topic string, partition int32) (string, error)
 
 // Session is one instance's consuming and producing client with its commit
-// protocol. Poll, Begin, Produce and End must be called from one goroutine.
+// protocol. Produce may be called from several goroutines, also while the
+// client polls; Begin and End must not run concurrently with a poll or a
+// Produce (franz-go's GroupTransactSession).
 type Session interface {
 	// Client is the underlying client (polling, producing, pausing).
 	Client() *kgo.Client
