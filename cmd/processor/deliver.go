@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/vibeline/processor/internal/avro"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/deliver"
 	"github.com/vibeline/processor/internal/metrics"
@@ -40,11 +42,20 @@ the delivery DLQ topic; every delivery carries Idempotency-Key:
 delivery.retry; a circuit breaker per sink holds deliveries while a receiver
 is down. See docs/DELIVERY.md.
 
+Alert values are JSON, or Avro with alerts_format: avro (the Confluent wire
+format; writer schemas from the schema registry at registry.url). Webhooks
+always receive the alert JSON. See docs/AVRO.md.
+
 Environment overrides: PROCESSOR_DELIVERY_<KEY> for the scalar keys
-(delivery.retry.max_attempts is PROCESSOR_DELIVERY_RETRY_MAX_ATTEMPTS).
+(delivery.retry.max_attempts is PROCESSOR_DELIVERY_RETRY_MAX_ATTEMPTS),
+PROCESSOR_ALERTS_FORMAT and PROCESSOR_REGISTRY_<KEY>.
 Exit codes: 0 clean stop, 1 failure, 2 invalid configuration.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadDeliveryConfig(cfgPath)
+			if err != nil {
+				return usageError{err}
+			}
+			format, err := loadDeliveryFormat(cfgPath)
 			if err != nil {
 				return usageError{err}
 			}
@@ -54,6 +65,7 @@ Exit codes: 0 clean stop, 1 failure, 2 invalid configuration.`,
 			}
 			if check {
 				fmt.Fprintf(cmd.OutOrStdout(), "%+v\n", cfg) // secrets are never in cfg, only their sources
+				fmt.Fprintln(cmd.OutOrStdout(), format)      // never the registry password
 				return nil
 			}
 			sec, err := loadKafkaSecurity(cfgPath)
@@ -65,7 +77,7 @@ Exit codes: 0 clean stop, 1 failure, 2 invalid configuration.`,
 			if err != nil {
 				return err
 			}
-			return runDelivery(cmd.Context(), cfg, sinks, logger, extra)
+			return runDelivery(cmd.Context(), cfg, format, sinks, logger, extra)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file with a delivery: section")
@@ -97,9 +109,6 @@ func loadDeliveryConfig(path string) (deliver.Config, error) {
 		if err := v.BindEnv(k); err != nil {
 			return deliver.Config{}, fmt.Errorf("deliver: bind env %s: %w", k, err)
 		}
-	}
-	if f := v.GetString("alerts_format"); f == config.FormatAvro {
-		return deliver.Config{}, fmt.Errorf("deliver: alerts_format = %q: processor deliver reads JSON alert revisions only; run the processor with alerts_format json for it (docs/AVRO.md)", f)
 	}
 	cfg := deliver.Default()
 	if v.IsSet("brokers") {
@@ -197,12 +206,121 @@ func scalarKeys(t reflect.Type, prefix string) []string {
 	return keys
 }
 
+// deliveryFormat is how processor deliver reads alert values: the
+// processor's alerts_format and, for avro, its schema registry (registry.*).
+type deliveryFormat struct {
+	AlertsFormat string
+	Registry     config.Registry
+}
+
+// String describes the format for --check, never the registry password.
+func (f deliveryFormat) String() string {
+	if f.AlertsFormat != config.FormatAvro {
+		return "alerts: json"
+	}
+	r := f.Registry
+	auth := "no authentication"
+	if r.Username != "" {
+		auth = fmt.Sprintf("basic authentication as %q", r.Username)
+	}
+	return fmt.Sprintf("alerts: avro (Confluent wire format, schemas/alert.avsc); schema registry %s, %s, timeout %s, not_found_ttl %s",
+		r.URL, auth, r.Timeout, r.NotFoundTTL)
+}
+
+// loadDeliveryFormat reads the processor's top-level alerts_format and
+// registry.* keys of the YAML file at path ("" for none) over the
+// processor's defaults, with PROCESSOR_ALERTS_FORMAT and
+// PROCESSOR_REGISTRY_* environment overrides, and validates them as the
+// processor does (internal/config). alerts_format avro needs registry.url.
+// Unknown keys in the registry: section are errors; the rest of the file is
+// not read here.
+func loadDeliveryFormat(path string) (deliveryFormat, error) {
+	v := viper.New()
+	for key, val := range config.Keys() {
+		if key == "alerts_format" || strings.HasPrefix(key, "registry.") {
+			v.SetDefault(key, val)
+		}
+	}
+	v.SetEnvPrefix(config.EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return deliveryFormat{}, fmt.Errorf("config: read %s: %w", path, err)
+		}
+	}
+	var c struct {
+		Registry     config.Registry `mapstructure:"registry"`
+		AlertsFormat string          `mapstructure:"alerts_format"`
+		Rest         map[string]any  `mapstructure:",remain"` // the processor's and delivery's keys
+	}
+	if err := v.UnmarshalExact(&c); err != nil {
+		return deliveryFormat{}, fmt.Errorf("config: %w", err)
+	}
+	f := deliveryFormat{AlertsFormat: c.AlertsFormat, Registry: c.Registry}
+	// Validate as the processor does: its defaults with these keys.
+	probe := config.Default()
+	probe.InstanceID = "processor-deliver" // not the host name: only the keys read here are judged
+	probe.Registry, probe.AlertsFormat = f.Registry, f.AlertsFormat
+	var errs []error
+	if f.AlertsFormat == config.FormatAvro && f.Registry.URL == "" {
+		errs = append(errs, fmt.Errorf("config: alerts_format = %q needs registry.url: processor deliver reads the writer schemas of Avro alerts "+
+			"from the schema registry the processor registers them in; set registry.url to its base URL, http(s)://host[:port][/path] "+
+			"(PROCESSOR_REGISTRY_URL), or use alerts_format \"json\"", f.AlertsFormat))
+		probe.AlertsFormat = config.FormatJSON // reported above
+	}
+	if err := probe.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return deliveryFormat{}, err
+	}
+	return f, nil
+}
+
+// deliveryDecoder returns the decoder of Avro alerts (nil for JSON): a
+// registry client and cache whose collectors go on reg, and a close
+// function for the client's idle connections.
+func deliveryDecoder(f deliveryFormat, reg prometheus.Registerer, logger *slog.Logger) (deliver.DecodeFunc, func(), error) {
+	if f.AlertsFormat != config.FormatAvro {
+		return nil, func() {}, nil
+	}
+	r := f.Registry
+	am, err := avro.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("deliver: %w", err)
+	}
+	client, err := avro.NewClient(avro.ClientOptions{
+		URL: r.URL, Username: r.Username, Password: r.Password.Reveal(), Timeout: r.Timeout, Metrics: am,
+	})
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("deliver: registry.url: %w", err)}
+	}
+	cache, err := avro.NewRegistry(avro.RegistryOptions{Client: client, NotFoundTTL: r.NotFoundTTL, Logger: logger, Metrics: am})
+	if err != nil {
+		return nil, nil, fmt.Errorf("deliver: %w", err)
+	}
+	dec, err := deliver.NewAvroDecoder(cache)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger.Info("deliver: alerts are Avro", "registry", client.URL())
+	return dec, client.Close, nil
+}
+
 // runDelivery wires registry, metrics server and delivery stage, and runs
 // them until ctx ends or one fails.
-func runDelivery(ctx context.Context, cfg deliver.Config, sinks []deliver.Sink, logger *slog.Logger, extra []kgo.Opt) error {
+func runDelivery(ctx context.Context, cfg deliver.Config, format deliveryFormat, sinks []deliver.Sink, logger *slog.Logger, extra []kgo.Opt) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
-	svc, err := deliver.New(cfg, sinks, deliver.Options{Logger: logger, Registerer: reg, ExtraKgoOpts: extra})
+	decode, closeRegistry, err := deliveryDecoder(format, reg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeRegistry()
+	svc, err := deliver.New(cfg, sinks, deliver.Options{Logger: logger, Registerer: reg, ExtraKgoOpts: extra, Decode: decode})
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,11 @@
 //     not count against the record's retry bound: an outage makes lanes
 //     wait, it never dead-letters alerts (see Config.Validate: the breaker
 //     trips before a record can exhaust its attempts).
+//   - With Avro alert values (Options.Decode = NewAvroDecoder), a schema
+//     registry that cannot answer makes the lane wait on its head record and
+//     retry the decode with the retry backoff; it never dead-letters. Only a
+//     value that is not an alert (not the wire format, an unknown schema id,
+//     a schema that is not an alert's, a malformed body) is undecodable.
 //   - Time comes from the injected clock (Options.Now, Options.After); tests
 //     run the retry and breaker logic in virtual time (testing/synctest).
 //
@@ -43,6 +48,8 @@
 //
 // It must never write to the alerts topic or take part in the processor's
 // transactions, never log a webhook secret, and never depend on the window
-// logic: it reads alerts through their documented JSON format (leniently,
-// ignoring unknown members, as the format asks of consumers).
+// logic: it reads alerts through their documented formats: JSON (leniently,
+// ignoring unknown members, as the format asks of consumers) or Avro
+// (schemas/alert.avsc, any compatible writer schema). A webhook always
+// receives alert JSON.
 package deliver

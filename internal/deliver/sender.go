@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/vibeline/processor/internal/avro"
 )
 
 // clock is the injected time source of the retry and breaker logic.
@@ -38,6 +40,9 @@ type sinkRunner struct {
 	clk     clock
 	met     *Metrics
 	log     *slog.Logger
+	// decode reads a record value (Options.Decode); nil: the alert JSON
+	// format (NewDelivery).
+	decode DecodeFunc
 }
 
 func newSinkRunner(s Sink, retry RetryConfig, br BreakerConfig, clk clock, met *Metrics, log *slog.Logger) *sinkRunner {
@@ -153,15 +158,15 @@ func (s *sinkRunner) acquire(ctx context.Context) error {
 // DLQ. It returns an error only when ctx ended first (the record is then
 // not finished and must not be committed).
 func (s *sinkRunner) handle(ctx context.Context, rec Record, dlq DeadLetterFunc) error {
-	d, decodeErr := NewDelivery(rec)
+	d, decodeErr, err := s.delivery(ctx, rec)
+	if err != nil {
+		return err // stopped while the schema registry was unavailable
+	}
 	var res attemptResult
 	if decodeErr != nil {
 		res = attemptResult{reason: ReasonUndecodable, detail: decodeErr.Error()}
-	} else {
-		var err error
-		if res, err = s.deliver(ctx, d); err != nil {
-			return err
-		}
+	} else if res, err = s.deliver(ctx, d); err != nil {
+		return err
 	}
 	if res.accepted {
 		outcome := OutcomeDelivered
@@ -198,4 +203,40 @@ func (s *sinkRunner) handle(ctx context.Context, rec Record, dlq DeadLetterFunc)
 	s.log.Warn("deliver: dead-lettered", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset,
 		"idempotency_key", d.IdempotencyKey, "reason", res.reason, "attempts", res.attempts, "last_status", res.lastStatus, "err", res.detail)
 	return nil
+}
+
+// delivery decodes rec. The JSON format (no decode function) never waits.
+// With a decode function, a transient failure (avro.IsTransient: the schema
+// registry is unavailable) is retried with the retry backoff until the
+// decode succeeds or ctx ends; then stopErr is ctx's error and the record
+// stays unfinished. Such a record is never dead-lettered. decodeErr is set
+// when the value is not an alert revision (dead-letter it as undecodable).
+func (s *sinkRunner) delivery(ctx context.Context, rec Record) (d Delivery, decodeErr, stopErr error) {
+	if s.decode == nil {
+		d, err := NewDelivery(rec)
+		return d, err, nil
+	}
+	for n := 1; ; n++ {
+		a, err := s.decode(ctx, rec.Value)
+		if err == nil {
+			body, err := a.Encode()
+			if err != nil {
+				return Delivery{}, fmt.Errorf("deliver: the decoded revision has no alert JSON: %w", err), nil
+			}
+			return Delivery{Record: rec, Alert: a, Body: body, IdempotencyKey: IdempotencyKey(a.AlertID, a.Revision)}, nil, nil
+		}
+		if ctx.Err() != nil {
+			return Delivery{}, nil, ctx.Err()
+		}
+		if !avro.IsTransient(err) {
+			return Delivery{}, err, nil
+		}
+		if n == 1 || n%10 == 0 {
+			s.log.Warn("deliver: decoding alert failed: schema registry unavailable: retrying (the partition waits)",
+				"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempt", n, "err", err)
+		}
+		if err := s.clk.sleep(ctx, s.retry.Backoff(n, s.clk.rand)); err != nil {
+			return Delivery{}, nil, err
+		}
+	}
 }

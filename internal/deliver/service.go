@@ -33,6 +33,10 @@ type Options struct {
 	Rand  func() float64
 	// ExtraKgoOpts are appended to the Kafka client options (TLS, SASL, tests).
 	ExtraKgoOpts []kgo.Opt
+	// Decode reads alert record values. Default nil: the alert JSON format
+	// (leniently, the webhook body is the value as is). NewAvroDecoder
+	// reads Avro alerts (alerts_format avro).
+	Decode DecodeFunc
 }
 
 // Service is the delivery stage: one member of the delivery consumer group.
@@ -106,7 +110,9 @@ func New(cfg Config, sinks []Sink, o Options) (*Service, error) {
 		lastFetchErr: map[string]time.Time{},
 	}
 	for _, sk := range sinks {
-		s.runners = append(s.runners, newSinkRunner(sk, cfg.Retry, cfg.Breaker, s.clk, met, o.Logger))
+		r := newSinkRunner(sk, cfg.Retry, cfg.Breaker, s.clk, met, o.Logger)
+		r.decode = o.Decode
+		s.runners = append(s.runners, r)
 	}
 	return s, nil
 }

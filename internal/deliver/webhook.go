@@ -15,10 +15,11 @@ const (
 	HeaderSignature      = "X-Signature-SHA256"
 )
 
-// Webhook POSTs the alert JSON value, exactly as on the alerts topic, to a
-// URL, with the headers Content-Type: application/json, Idempotency-Key:
-// <alert_id>-<revision> and, when a secret is configured,
-// X-Signature-SHA256: hex(HMAC-SHA256(secret, body)).
+// Webhook POSTs the alert JSON (Delivery.Body: the value exactly as on the
+// alerts topic for JSON alerts, the JSON encoding of the decoded revision
+// for Avro alerts) to a URL, with the headers Content-Type:
+// application/json, Idempotency-Key: <alert_id>-<revision> and, when a
+// secret is configured, X-Signature-SHA256: hex(HMAC-SHA256(secret, body)).
 type Webhook struct {
 	name    string
 	url     string
@@ -40,9 +41,9 @@ func (w *Webhook) Send(ctx context.Context, d Delivery) error {
 	h.Set("User-Agent", "vibeline-processor-deliver")
 	h.Set(HeaderIdempotencyKey, d.IdempotencyKey)
 	if len(w.secret) > 0 {
-		h.Set(HeaderSignature, Sign(w.secret, d.Record.Value))
+		h.Set(HeaderSignature, Sign(w.secret, d.Body))
 	}
-	return post(ctx, w.client, w.now, w.name, w.url, w.timeout, h, d.Record.Value)
+	return post(ctx, w.client, w.now, w.name, w.url, w.timeout, h, d.Body)
 }
 
 // CloseIdleConnections closes the sink's idle keep-alive connections
