@@ -109,8 +109,9 @@ func BenchmarkRuleStages(b *testing.B) {
 					emit(DeadLetterOutput(in, verr))
 					continue
 				}
+				env := EnvOf(&ev) // once per record, as consume does
 				for j, s := range stages {
-					s.Apply(parts[j], &ev, in, &accts[j], emit)
+					s.ApplyEnv(parts[j], &ev, &env, in, &accts[j], emit)
 				}
 			}
 			nsPer := float64(b.Elapsed().Nanoseconds()) / float64(b.N)

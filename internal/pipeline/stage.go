@@ -178,15 +178,28 @@ func (s *Stage) KeyOf(ev *event.Event) string {
 	return ev.MachineID
 }
 
-// Apply runs steps 2 to 7 for a validated event (Check passed).
-func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting, emit func(Output)) {
-	acct.Records++
-	acct.NextOffset = in.Offset + 1
-	w.env = rules.Event{
+// EnvOf is ev as the filter expressions see it. Several rules reading one
+// record can share it (ApplyEnv).
+func EnvOf(ev *event.Event) rules.Event {
+	return rules.Event{
 		EventID: ev.EventID, MachineID: ev.MachineID, SensorID: ev.SensorID, TS: ev.TS, Seq: ev.Seq,
 		Value: ev.Value, Unit: ev.Unit, Quality: ev.Quality, Clock: ev.Clock, SchemaVersion: int64(ev.SchemaVersion),
 	}
-	qualifies, err := w.filter.Match(&w.env)
+}
+
+// Apply runs steps 2 to 7 for a validated event (Check passed).
+func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting, emit func(Output)) {
+	w.env = EnvOf(ev)
+	s.ApplyEnv(w, ev, &w.env, in, acct, emit)
+}
+
+// ApplyEnv is Apply with the filter environment of ev built by the caller
+// (EnvOf(ev)), once for all the rules that read the record. It is only
+// read.
+func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Input, acct *Accounting, emit func(Output)) {
+	acct.Records++
+	acct.NextOffset = in.Offset + 1
+	qualifies, err := w.filter.Match(env)
 	if err != nil {
 		qualifies = false // not expected: the rule language cannot fail at run time
 	}
