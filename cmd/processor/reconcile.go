@@ -25,8 +25,16 @@ func reconcileCmd() *cobra.Command {
 		Long: `reconcile reads the input, alerts, dead-letter, late and changelog topics
 read_committed, from the start to their current end, and checks that no
 alert was lost or doubled and every input record was accounted for exactly
-once. Exit code 0: no violation; 1: violations (listed); 2: a usage error
-(including an Avro source or Avro alerts: reconcile reads JSON only).
+once. Exit code 0: no violation; 1: violations (listed), or the run could
+not finish (a topic or the schema registry could not be read); 2: a usage
+error.
+
+Each source is read in its format (sources:, JSON or Avro) and the alerts
+in alerts_format. Avro writer schemas come from registry.url before any
+record is judged: a registry that cannot answer stops the run (exit 1,
+naming the registry and the schema id), never a violation; a schema id the
+registry does not know makes its records schema_unknown, as the processor
+dead-lettered them.
 
 With the rule: block it checks that rule's accounting, dead letters,
 too-late copies and alerts in one report. With rules_file it checks every
@@ -68,9 +76,6 @@ revisions committed then; --recompute takes no range.`,
 			cfg, err := config.Load(cfgPath, cmd.Flags())
 			if err != nil {
 				return usageError{err}
-			}
-			if cfg.UsesAvro() {
-				return usageError{fmt.Errorf("reconcile: reads JSON sources and JSON alerts only, and this configuration has Avro (sources: %v, alerts_format: %q); see docs/AVRO.md", avroSources(cfg), cfg.AlertsFormat)}
 			}
 			o := reconcile.Options{Config: cfg, Recompute: recompute}
 			if o.ExtraKgoOpts, err = kafkaSecurityOpts(cfg.Kafka, newLogger(os.Stderr, "warn")); err != nil {
@@ -130,15 +135,4 @@ func progressBar() func(topic string, read, total int64) {
 			last = line
 		}
 	}
-}
-
-// avroSources lists the source topics whose format is avro.
-func avroSources(cfg config.Config) []string {
-	var out []string
-	for _, s := range cfg.Sources {
-		if cfg.SourceFormat(s.Topic).Format == config.FormatAvro {
-			out = append(out, s.Topic)
-		}
-	}
-	return out
 }

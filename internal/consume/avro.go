@@ -71,37 +71,11 @@ func newFormats(cfg config.Config, rs []*rules.Compiled, m *metrics.Metrics, log
 			continue
 		}
 		a := s.Avro
-		if a.SchemaFile == "" {
-			if f.reg == nil { // config.Validate refuses it; kept for callers that skip it
-				return nil, fmt.Errorf("consume: config: sources[%d]: format avro without a schema_file needs registry.url", i)
-			}
-			d, err := avro.NewDecoder(f.reg, avro.DecoderOptions{Metrics: am})
-			if err != nil {
-				return nil, fmt.Errorf("consume: sources[%d]: %w", i, err)
-			}
-			f.decoders[s.Topic], f.prepare[s.Topic] = d, true
-			continue
-		}
-		w, err := avro.LoadSchemaFile(a.SchemaFile)
+		d, fromRegistry, err := avro.SourceDecoder(f.reg, a.SchemaFile, uint32(a.SchemaID), a.Framing == config.FramingBare, am)
 		if err != nil {
-			return nil, fmt.Errorf("consume: config: sources[%d].avro.schema_file: %w", i, err)
+			return nil, fmt.Errorf("consume: config: sources[%d].%w", i, err)
 		}
-		// A bare decoder resolves the local schema against the reader
-		// schema now: a schema that cannot be read as an event fails here,
-		// not as one dead letter per record.
-		bare, err := avro.NewBareDecoder(w, avro.DecoderOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("consume: config: sources[%d].avro.schema_file = %q: %w", i, a.SchemaFile, err)
-		}
-		if a.Framing == config.FramingBare {
-			f.decoders[s.Topic] = bare
-			continue
-		}
-		d, err := avro.NewDecoder(avro.NewLocalSource(w, uint32(a.SchemaID)), avro.DecoderOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("consume: sources[%d]: %w", i, err)
-		}
-		f.decoders[s.Topic] = d
+		f.decoders[s.Topic], f.prepare[s.Topic] = d, fromRegistry
 	}
 	return f, nil
 }

@@ -23,6 +23,12 @@
 // repartitioned rule is checked against its repartition topic, with what
 // the processor purged of it found in the source, and is not recomputed.
 //
+// Records are read in the processor's formats (formats.go): each source
+// JSON or Avro (sources:), alerts JSON or Avro (alerts_format). Avro writer
+// schemas are fetched from the registry when a topic has been read, before
+// any of its records is judged; a registry that cannot answer is an error
+// of the run, never a violation.
+//
 // It only reads; it never writes to Kafka.
 package reconcile
 
@@ -44,6 +50,7 @@ import (
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/rules"
 )
 
 // Options configure a reconciliation.
@@ -143,9 +150,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// outputs (rules.go). The checks below are those of the rule: block.
 		return runRules(ctx, o)
 	}
+	rs, err := cfg.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	fm, err := newFormats(cfg, rs)
+	if err != nil {
+		return nil, err
+	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
 	fetch := func(topic string) ([]*kgo.Record, error) {
-		return ReadCommitted(ctx, cfg.Brokers, topic, o.Timeout, o.Progress, o.ExtraKgoOpts...)
+		recs, err := ReadCommitted(ctx, cfg.Brokers, topic, o.Timeout, o.Progress, o.ExtraKgoOpts...)
+		if err != nil {
+			return nil, err
+		}
+		// The writer schemas of the topic's values, before any is decoded.
+		if err := fm.prepareTopic(ctx, topic, recs); err != nil {
+			return nil, err
+		}
+		return recs, nil
 	}
 	// What the processor wrote is read before the input it was written
 	// from: with the processor still running, the input read last holds
@@ -274,14 +297,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.Alerts = len(ranged)
-	checkAlerts(rep, cfg, ranged, byPos, !o.From.IsZero())
+	checkAlerts(rep, cfg, fm, ranged, byPos, !o.From.IsZero())
 
 	if o.Recompute {
 		if !o.From.IsZero() || !o.To.IsZero() {
 			return nil, errors.New("reconcile: --recompute checks the whole log; it takes no time range")
 		}
 		rep.Recomputed = true
-		recompute(rep, cfg, input, alertRecs, committed, read)
+		recompute(rep, cfg, fm, rs[0], input, alertRecs, committed, read)
 	}
 	return rep, nil
 }
@@ -356,12 +379,12 @@ func delta(top, base pipeline.Accounting) pipeline.Accounting {
 
 // checkAlerts checks the alert revisions; midway means the range starts
 // after the beginning, so an alert's first revision seen may be any.
-func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record, midway bool) {
-	valid := event.NewValidator(event.JSONDecoder{}, event.Options{MaxFutureSkewMs: max(cfg.Rule.MaxFutureSkew.Milliseconds(), 1)})
+func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record, midway bool) {
+	valid := event.NewValidator(fm.decoder(cfg.Topics.Input), event.Options{MaxFutureSkewMs: max(cfg.Rule.MaxFutureSkew.Milliseconds(), 1)})
 	states := map[string]*alertState{}
 	seen := map[string]bool{}
 	for _, r := range recs {
-		a, err := alerts.Decode(r.Value)
+		a, err := fm.decodeAlert(r.Value)
 		if err != nil {
 			rep.violate("alert %d@%d: undecodable: %v", r.Partition, r.Offset, err)
 			continue
@@ -408,9 +431,11 @@ func checkAlerts(rep *Report, cfg config.Config, recs []*kgo.Record, byPos map[i
 }
 
 // recompute reruns the pipeline over the committed input prefix and compares.
-func recompute(rep *Report, cfg config.Config, input, alertRecs []*kgo.Record, committed func(int32, int64) bool,
+// The rule is the rule block's, compiled as the processor compiles it
+// (config.Rules), with the input's decoder.
+func recompute(rep *Report, cfg config.Config, fm *formats, rule *rules.Compiled, input, alertRecs []*kgo.Record, committed func(int32, int64) bool,
 	read func(string) ([]*kgo.Record, error)) {
-	stage, err := pipeline.NewStage(cfg.Rule)
+	stage, err := pipeline.NewRuleStage(rule, pipeline.Options{MaxFutureSkewMs: cfg.Rule.MaxFutureSkew.Milliseconds(), Decoder: fm.decoder(cfg.Topics.Input)})
 	if err != nil {
 		rep.violate("recompute: %v", err)
 		return
@@ -435,7 +460,11 @@ func recompute(rep *Report, cfg config.Config, input, alertRecs []*kgo.Record, c
 			for i, h := range r.Headers {
 				hs[i] = pipeline.Header{Key: h.Key, Value: h.Value}
 			}
-			got.Add(kind, r.Key, r.Value, hs)
+			value := r.Value
+			if kind == pipeline.Alert {
+				value = fm.comparable(r.Value, nil) // Avro alerts: as the reference's JSON
+			}
+			got.Add(kind, r.Key, value, hs)
 		}
 	}
 	add(pipeline.Alert, alertRecs)

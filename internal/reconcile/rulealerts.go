@@ -37,7 +37,7 @@ func alertsByRule(rep *Report, rd *reader, checks []*ruleCheck) (map[string][]al
 		}
 		others := map[string]int{}
 		for _, r := range t.recs {
-			a, err := alerts.Decode(r.Value)
+			a, err := rd.fm.decodeAlert(r.Value)
 			if err != nil {
 				rep.violate("topic %s: alert %d@%d is undecodable: %v", name, r.Partition, r.Offset, err)
 				continue

@@ -52,6 +52,7 @@ type ruleCheck struct {
 	rep   *Report
 	rr    *RuleReport
 	c     *rules.Compiled
+	fm    *formats
 	stage *pipeline.Stage // validates and runs the records of in
 	// srcStage validates the source's records (with the record-key check);
 	// stage itself for a rule that reads its source in place.
@@ -100,9 +101,6 @@ func (rc *ruleCheck) committed(p int32, off int64) bool {
 // runRules checks every rule of the configuration's rules file.
 func runRules(ctx context.Context, o Options) (*Report, error) {
 	cfg := o.Config
-	if cfg.UsesAvro() {
-		return nil, fmt.Errorf("reconcile: reads JSON sources and JSON alerts only, and this configuration has Avro (alerts_format: %q); see docs/AVRO.md", cfg.AlertsFormat)
-	}
 	if o.Recompute && (!o.From.IsZero() || !o.To.IsZero()) {
 		return nil, errors.New("reconcile: --recompute checks the whole log; it takes no time range")
 	}
@@ -110,8 +108,12 @@ func runRules(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
+	fm, err := newFormats(cfg, rs)
+	if err != nil {
+		return nil, err
+	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
-	rd := newReader(ctx, o)
+	rd := newReader(ctx, o, fm)
 	if err := rd.prefetch(cfg, rs); err != nil {
 		return nil, err
 	}
@@ -169,15 +171,18 @@ func (rd *reader) prefetch(cfg config.Config, rs []*rules.Compiled) error {
 // newRuleCheck reads the rule's input and prepares its evaluators.
 func newRuleCheck(rep *Report, rd *reader, cfg config.Config, c *rules.Compiled) (*ruleCheck, error) {
 	r := c.Rule
-	rc := &ruleCheck{rep: rep, c: c, repart: r.Repartitioned(), filter: c.NewFilter(), thr: c.NewThreshold(),
+	rc := &ruleCheck{rep: rep, c: c, fm: rd.fm, repart: r.Repartitioned(), filter: c.NewFilter(), thr: c.NewThreshold(),
 		base: map[int32]pipeline.Accounting{}, top: map[int32]pipeline.Accounting{}}
 	rc.rr = &RuleReport{ID: r.ID, Version: r.Version, Window: r.Window.Type, Source: r.Source, Input: r.Source,
 		Repartitioned: rc.repart, AlertsTopic: r.Outputs.Alerts, DLQTopic: r.Outputs.DLQ, LateTopic: r.Outputs.Late,
 		Changelog: cfg.ChangelogFor(c), Partitions: rc.top}
 	rep.Rules = append(rep.Rules, rc.rr)
 	skew := cfg.Rule.MaxFutureSkew.Milliseconds() // one setting for every source, as the processor
+	// The source's decoder for both stages: a repartition topic carries
+	// the source's values unchanged (as the processor reads them).
+	dec := rd.fm.decoder(r.Source)
 	var err error
-	if rc.srcStage, err = pipeline.NewRuleStage(c, pipeline.Options{MaxFutureSkewMs: skew}); err != nil {
+	if rc.srcStage, err = pipeline.NewRuleStage(c, pipeline.Options{MaxFutureSkewMs: skew, Decoder: dec}); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	rc.stage = rc.srcStage
@@ -187,7 +192,7 @@ func newRuleCheck(rep *Report, rd *reader, cfg config.Config, c *rules.Compiled)
 	rc.in = rc.src
 	if rc.repart {
 		rc.rr.Input = cfg.RepartitionFor(c)
-		if rc.stage, err = pipeline.NewRuleStage(c, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: true}); err != nil {
+		if rc.stage, err = pipeline.NewRuleStage(c, pipeline.Options{MaxFutureSkewMs: skew, Repartitioned: true, Decoder: dec}); err != nil {
 			return nil, fmt.Errorf("reconcile: %w", err)
 		}
 		if rc.in, err = rd.topic(rc.rr.Input); err != nil {
@@ -324,7 +329,7 @@ func (rc *ruleCheck) recompute(mine []alertRec, late, dlq *topicData) {
 	want, accts := rc.stage.Reference(log)
 	got := pipeline.Outputs{}
 	for _, a := range mine {
-		got.Add(pipeline.Alert, a.rec.Key, a.rec.Value, headersOf(a.rec))
+		got.Add(pipeline.Alert, a.rec.Key, rc.fm.comparable(a.rec.Value, &a.a), headersOf(a.rec))
 	}
 	for _, r := range late.recs {
 		if rc.isMyLateCopy(r) {

@@ -86,6 +86,15 @@ func processedWith(t *testing.T, rulesText string, o sim.Options, total int) con
 	t.Helper()
 	cfg := kafkatest.Config(kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs(), t.TempDir(), "rules")
 	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", rulesText)
+	runProcessor(t, cfg, o, total, nil)
+	return cfg
+}
+
+// runProcessor runs the processor with cfg over total records of the
+// simulated line o, each chunk converted by conv (nil: as simulated), until
+// it committed them all (and its repartition topics' records).
+func runProcessor(t *testing.T, cfg config.Config, o sim.Options, total int, conv func([]sim.Record) []sim.Record) {
+	t.Helper()
 	met, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +112,14 @@ func processedWith(t *testing.T, rulesText string, o sim.Options, total int) con
 	var produced []*kgo.Record
 	const chunk = 1000
 	for i := 0; i < total; i += chunk {
-		produced = append(produced, kafkatest.Produce(t, cfg.Brokers, "vibration.events", kafkatest.Records(line, chunk)...)...)
+		recs := kafkatest.Records(line, chunk)
+		if conv != nil {
+			recs = conv(recs)
+		}
+		produced = append(produced, kafkatest.Produce(t, cfg.Brokers, cfg.Topics.Input, recs...)...)
 		time.Sleep(40 * time.Millisecond)
 	}
-	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, "vibration.events", kafkatest.NextOffsets(produced), 30*time.Second)
+	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	rs, err := cfg.Rules()
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +133,6 @@ func processedWith(t *testing.T, rulesText string, o sim.Options, total int) con
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	return cfg
 }
 
 // waitRepartitionConsumed waits until the group committed every data

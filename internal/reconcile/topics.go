@@ -48,20 +48,26 @@ type topicData struct {
 type reader struct {
 	ctx   context.Context
 	o     Options
+	fm    *formats
 	cache map[string]*topicData
 }
 
-func newReader(ctx context.Context, o Options) *reader {
-	return &reader{ctx: ctx, o: o, cache: map[string]*topicData{}}
+func newReader(ctx context.Context, o Options, fm *formats) *reader {
+	return &reader{ctx: ctx, o: o, fm: fm, cache: map[string]*topicData{}}
 }
 
-// topic returns the committed records of name, with its log start offsets.
+// topic returns the committed records of name, with its log start offsets,
+// the writer schemas of its values fetched (formats.prepareTopic).
 func (rd *reader) topic(name string) (*topicData, error) {
 	if t := rd.cache[name]; t != nil {
 		return t, nil
 	}
 	recs, start, err := readCommitted(rd.ctx, rd.o.Config.Brokers, name, rd.o.Timeout, rd.o.Progress, rd.o.ExtraKgoOpts...)
 	if err != nil {
+		return nil, err
+	}
+	// The writer schemas of the topic's values, before any is decoded.
+	if err := rd.fm.prepareTopic(rd.ctx, name, recs); err != nil {
 		return nil, err
 	}
 	t := &topicData{name: name, recs: recs, byPos: make(map[pos]*kgo.Record, len(recs)), start: start, events: map[pos]decoded{}}
