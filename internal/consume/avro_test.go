@@ -1,20 +1,16 @@
 package consume
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +21,7 @@ import (
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/avro"
+	"github.com/vibeline/processor/internal/avro/avrotest"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/kafkatest"
@@ -42,223 +39,14 @@ import (
 // Writer schemas of the producers. v2 adds a field with a default and the
 // optional clock; v3 adds one more defaulted field (the schema the
 // processor has not seen when the registry goes down).
-const (
-	writerV1 = `{"type":"record","name":"VibrationEvent","namespace":"com.acme.iot","fields":[
-		{"name":"event_id","type":"string"},
-		{"name":"machine_id","type":"string"},
-		{"name":"sensor_id","type":"string"},
-		{"name":"ts","type":["long","string"]},
-		{"name":"seq","type":"long"},
-		{"name":"value","type":"double"},
-		{"name":"unit","type":"string"},
-		{"name":"schema_version","type":"long"},
-		{"name":"quality","type":"string"}]}`
-	writerV2 = `{"type":"record","name":"VibrationEvent","namespace":"com.acme.iot","fields":[
-		{"name":"event_id","type":"string"},
-		{"name":"machine_id","type":"string"},
-		{"name":"sensor_id","type":"string"},
-		{"name":"ts","type":["long","string"]},
-		{"name":"seq","type":"long"},
-		{"name":"value","type":"double"},
-		{"name":"unit","type":"string"},
-		{"name":"schema_version","type":"long"},
-		{"name":"quality","type":"string"},
-		{"name":"clock","type":["null","string"],"default":null},
-		{"name":"gateway","type":"string","default":"gw-0"}]}`
-	writerV3 = `{"type":"record","name":"VibrationEvent","namespace":"com.acme.iot","fields":[
-		{"name":"event_id","type":"string"},
-		{"name":"machine_id","type":"string"},
-		{"name":"sensor_id","type":"string"},
-		{"name":"ts","type":["long","string"]},
-		{"name":"seq","type":"long"},
-		{"name":"value","type":"double"},
-		{"name":"unit","type":"string"},
-		{"name":"schema_version","type":"long"},
-		{"name":"quality","type":"string"},
-		{"name":"clock","type":["null","string"],"default":null},
-		{"name":"gateway","type":"string","default":"gw-0"},
-		{"name":"site","type":"string","default":"plant-1"}]}`
+var (
+	writerV1 = avrotest.EventWriter()
+	writerV2 = avrotest.EventWriter(avrotest.ClockField, avrotest.StringField("gateway", "gw-0"))
+	writerV3 = avrotest.EventWriter(avrotest.ClockField, avrotest.StringField("gateway", "gw-0"), avrotest.StringField("site", "plant-1"))
 )
 
 // unknownID is a schema id the registry does not know.
 const unknownID = 999
-
-// fakeRegistry is a Confluent-API schema registry on 127.0.0.1 that can be
-// taken down (HTTP 503, or connections hung up) and refuse registrations.
-type fakeRegistry struct {
-	srv *httptest.Server
-
-	mu       sync.Mutex
-	byID     map[uint32]string
-	ids      map[string]uint32 // schema text -> id
-	subjects map[string][]uint32
-	down     string // "", "503", "hangup"
-	refuse   int    // non-zero: register answers this status
-	gets     map[uint32]int
-}
-
-func newFakeRegistry(t *testing.T) *fakeRegistry {
-	t.Helper()
-	f := &fakeRegistry{byID: map[uint32]string{}, ids: map[string]uint32{}, subjects: map[string][]uint32{}, gets: map[uint32]int{}}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeRegistry) url() string { return f.srv.URL }
-
-func (f *fakeRegistry) setDown(mode string) {
-	f.mu.Lock()
-	f.down = mode
-	f.mu.Unlock()
-}
-
-// register adds schema under subject (as a producer's serializer would)
-// and returns its id.
-func (f *fakeRegistry) register(subject, schema string) uint32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id, ok := f.ids[schema]
-	if !ok {
-		id = uint32(len(f.ids) + 1)
-		f.ids[schema], f.byID[id] = id, schema
-	}
-	if !slices.Contains(f.subjects[subject], id) {
-		f.subjects[subject] = append(f.subjects[subject], id)
-	}
-	return id
-}
-
-func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	down, refuse := f.down, f.refuse
-	f.mu.Unlock()
-	switch down {
-	case "503":
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"error_code":50301,"message":"registry down for the test"}`)
-		return
-	case "hangup":
-		if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
-			c.Close()
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	switch {
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/schemas/ids/"):
-		n, err := strconv.ParseUint(strings.TrimPrefix(r.URL.Path, "/schemas/ids/"), 10, 32)
-		f.mu.Lock()
-		f.gets[uint32(n)]++
-		s, ok := f.byID[uint32(n)]
-		f.mu.Unlock()
-		if err != nil || !ok {
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = io.WriteString(w, `{"error_code":40403,"message":"Schema not found"}`)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"schema": s})
-	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/subjects/") && strings.HasSuffix(r.URL.Path, "/versions"):
-		if refuse != 0 {
-			w.WriteHeader(refuse)
-			_, _ = fmt.Fprintf(w, `{"error_code":%d,"message":"Schema being registered is incompatible with an earlier schema for subject"}`, refuse)
-			return
-		}
-		var body struct{ Schema string }
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			w.WriteHeader(http.StatusUnprocessableEntity)
-			_, _ = io.WriteString(w, `{"error_code":42201,"message":"invalid schema"}`)
-			return
-		}
-		subject := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/subjects/"), "/versions")
-		_ = json.NewEncoder(w).Encode(map[string]uint32{"id": f.register(subject, body.Schema)})
-	default:
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = io.WriteString(w, `{"error_code":404,"message":"no such path"}`)
-	}
-}
-
-func (f *fakeRegistry) subjectIDs(subject string) []uint32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.subjects[subject])
-}
-
-// avroEvent is a producer's record for writerV1..V3.
-type avroEvent struct {
-	EventID       string  `avro:"event_id"`
-	MachineID     string  `avro:"machine_id"`
-	SensorID      string  `avro:"sensor_id"`
-	TS            any     `avro:"ts"` // int64 or string
-	Seq           int64   `avro:"seq"`
-	Value         float64 `avro:"value"`
-	Unit          string  `avro:"unit"`
-	SchemaVersion int64   `avro:"schema_version"`
-	Quality       string  `avro:"quality"`
-	Clock         *string `avro:"clock"`
-	Gateway       string  `avro:"gateway"`
-	Site          string  `avro:"site"`
-}
-
-// toAvroBody converts a simulator JSON value to an Avro body of writer, or
-// returns false when the value is not an object of the event's fields with
-// types Avro can carry (such records keep their bytes: decode_error).
-func toAvroBody(t *testing.T, writer hamba.Schema, value []byte) ([]byte, bool) {
-	t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(value))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return nil, false
-	}
-	str := func(k string) (string, bool) { s, ok := m[k].(string); return s, ok }
-	num := func(k string) (json.Number, bool) { n, ok := m[k].(json.Number); return n, ok }
-	var e avroEvent
-	var ok [9]bool
-	e.EventID, ok[0] = str("event_id")
-	e.MachineID, ok[1] = str("machine_id")
-	e.SensorID, ok[2] = str("sensor_id")
-	e.Unit, ok[3] = str("unit")
-	e.Quality, ok[4] = str("quality")
-	if s, isStr := str("ts"); isStr {
-		e.TS, ok[5] = s, true
-	} else if n, isNum := num("ts"); isNum {
-		v, err := n.Int64()
-		e.TS, ok[5] = v, err == nil
-	}
-	if n, isNum := num("seq"); isNum {
-		v, err := n.Int64()
-		e.Seq, ok[6] = v, err == nil
-	}
-	if n, isNum := num("value"); isNum {
-		v, err := n.Float64()
-		e.Value, ok[7] = v, err == nil
-	}
-	if n, isNum := num("schema_version"); isNum {
-		v, err := n.Int64()
-		e.SchemaVersion, ok[8] = v, err == nil
-	}
-	for _, b := range ok {
-		if !b {
-			return nil, false
-		}
-	}
-	e.Gateway, e.Site = "gw-7", "plant-2"
-	body, err := hamba.Config{TagKey: "avro"}.Freeze().Marshal(writer, &e)
-	if err != nil {
-		t.Fatalf("encode %s: %v", value, err)
-	}
-	return body, true
-}
-
-func mustSchema(t *testing.T, text string) hamba.Schema {
-	t.Helper()
-	s, err := hamba.ParseWithCache(text, "", &hamba.SchemaCache{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // encoder turns simulator records into wire-format Avro records.
 type encoder struct {
@@ -269,7 +57,7 @@ type encoder struct {
 func newEncoder(t *testing.T, ids map[uint32]string) *encoder {
 	e := &encoder{t: t, schemas: map[uint32]hamba.Schema{}}
 	for id, text := range ids {
-		e.schemas[id] = mustSchema(t, text)
+		e.schemas[id] = avrotest.ParseSchema(t, text)
 	}
 	return e
 }
@@ -277,10 +65,10 @@ func newEncoder(t *testing.T, ids map[uint32]string) *encoder {
 // wire returns r with its value as Avro of schema id (unchanged when not
 // convertible), and the JSON value it stands for.
 func (e *encoder) wire(r sim.Record, id uint32) (sim.Record, []byte) {
-	body, ok := toAvroBody(e.t, e.schemas[id], r.Value)
+	body, ok := avrotest.EventBody(e.t, e.schemas[id], r.Value)
 	jsonValue := r.Value
 	if ok {
-		r.Value = append(avro.AppendHeader(nil, id), body...)
+		r.Value = avrotest.Wire(id, body)
 	}
 	return r, jsonValue
 }
@@ -391,10 +179,10 @@ func committed(t *testing.T, seeds []string, group, topic string) map[int32]int6
 	return out
 }
 
-func avroConfig(seeds []string, dir string, f *fakeRegistry) config.Config {
+func avroConfig(seeds []string, dir string, f *avrotest.Registry) config.Config {
 	cfg := testConfig(seeds, dir, "avro")
 	cfg.Sources = []config.Source{{Topic: cfg.Topics.Input, Format: config.FormatAvro}}
-	cfg.Registry.URL = f.url()
+	cfg.Registry.URL = f.URL()
 	cfg.Registry.Timeout = 2 * time.Second
 	cfg.Registry.RetryBackoff = 20 * time.Millisecond
 	cfg.Registry.RetryBackoffMax = 200 * time.Millisecond
@@ -403,7 +191,7 @@ func avroConfig(seeds []string, dir string, f *fakeRegistry) config.Config {
 
 // avroStage is the reference stage of cfg's rule with the Avro decoder,
 // its registry prepared with every value of log.
-func avroStage(t *testing.T, f *fakeRegistry, cfg config.Config, log pipeline.Log) *pipeline.Stage {
+func avroStage(t *testing.T, f *avrotest.Registry, cfg config.Config, log pipeline.Log) *pipeline.Stage {
 	t.Helper()
 	r, err := cfg.Rules()
 	if err != nil {
@@ -418,16 +206,9 @@ func avroStage(t *testing.T, f *fakeRegistry, cfg config.Config, log pipeline.Lo
 
 // avroDecoder is an Avro decoder whose registry cache holds the writer
 // schema of every value of log.
-func avroDecoder(t *testing.T, f *fakeRegistry, log pipeline.Log) event.Decoder {
+func avroDecoder(t *testing.T, f *avrotest.Registry, log pipeline.Log) event.Decoder {
 	t.Helper()
-	c, err := avro.NewClient(avro.ClientOptions{URL: f.url()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := avro.NewRegistry(avro.RegistryOptions{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := f.Cache(t)
 	var vals [][]byte
 	for _, l := range log {
 		for _, in := range l {
@@ -447,28 +228,14 @@ func avroDecoder(t *testing.T, f *fakeRegistry, log pipeline.Log) event.Decoder 
 // jsonAlerts rewrites the Avro alert values of recs as their JSON (alerts
 // decoded with the registered schema), so that they compare with a
 // reference that writes JSON.
-func jsonAlerts(t *testing.T, f *fakeRegistry, alertsTopic string, recs []*kgo.Record) {
+func jsonAlerts(t *testing.T, f *avrotest.Registry, alertsTopic string, recs []*kgo.Record) {
 	t.Helper()
-	c, err := avro.NewClient(avro.ClientOptions{URL: f.url()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := avro.NewRegistry(avro.RegistryOptions{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := avro.NewAlertDecoder(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := f.Cache(t)
 	for _, r := range recs {
 		if r.Topic != alertsTopic {
 			continue
 		}
-		if err := reg.Prepare(context.Background(), [][]byte{r.Value}); err != nil {
-			t.Fatal(err)
-		}
-		a, err := dec.DecodeAlert(r.Value)
+		a, err := avrotest.DecodeAlert(t, reg, r.Value)
 		if err != nil {
 			t.Fatalf("alert at %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
 		}
@@ -487,9 +254,9 @@ func jsonAlerts(t *testing.T, f *fakeRegistry, alertsTopic string, recs []*kgo.R
 // naming the id, the accounting balances, and the alert schema is
 // registered under the alerts topic's subject.
 func TestAvroSourceMatchesReference(t *testing.T) {
-	f := newFakeRegistry(t)
-	v1 := f.register("vibration.events-value", writerV1)
-	v2 := f.register("vibration.events-value", writerV2)
+	f := avrotest.NewRegistry(t)
+	v1 := f.Register("vibration.events-value", writerV1)
+	v2 := f.Register("vibration.events-value", writerV2)
 	seeds := newCluster(t)
 	cfg := avroConfig(seeds, t.TempDir(), f)
 	cfg.AlertsFormat = config.FormatAvro
@@ -508,7 +275,7 @@ func TestAvroSourceMatchesReference(t *testing.T) {
 			}
 			out[i], js[i] = enc.wire(r, id)
 			if i%397 == 5 { // a schema the registry does not know
-				out[i].Value = append(avro.AppendHeader(nil, unknownID), out[i].Value[avro.HeaderSize:]...)
+				out[i].Value = avrotest.Wire(unknownID, out[i].Value[avro.HeaderSize:])
 				js[i] = []byte(`{"not":"an event"}`) // dead-lettered in JSON too
 				unknown++
 			}
@@ -528,7 +295,7 @@ func TestAvroSourceMatchesReference(t *testing.T) {
 	waitConsumed(t, seeds, cfg, log)
 	in.stop(t)
 
-	if ids := f.subjectIDs(cfg.Topics.Alerts + "-value"); len(ids) != 1 {
+	if ids := f.SubjectIDs(cfg.Topics.Alerts + "-value"); len(ids) != 1 {
 		t.Fatalf("subject %s-value has ids %v, want the alert schema once", cfg.Topics.Alerts, ids)
 	}
 	got := readAll(t, seeds, cfg.Topics.Alerts, cfg.Topics.DLQ, cfg.Topics.Late)
@@ -590,12 +357,15 @@ func TestAvroSourceMatchesReference(t *testing.T) {
 // contain it (at_least_once, where the abort that pauses may repeat
 // outputs).
 func TestRegistryOutagePausesPartition(t *testing.T) {
-	for _, tc := range []struct{ down, mode string }{{"503", config.ExactlyOnce}, {"hangup", config.AtLeastOnce}} {
-		t.Run(tc.down+"/"+tc.mode, func(t *testing.T) {
-			f := newFakeRegistry(t)
-			v1 := f.register("vibration.events-value", writerV1)
-			v2 := f.register("vibration.events-value", writerV2)
-			v3 := f.register("vibration.events-value", writerV3) // registered, never fetched before the outage
+	for _, tc := range []struct {
+		down avrotest.Mode
+		mode string
+	}{{avrotest.Unavailable, config.ExactlyOnce}, {avrotest.HangUp, config.AtLeastOnce}} {
+		t.Run(string(tc.down)+"/"+tc.mode, func(t *testing.T) {
+			f := avrotest.NewRegistry(t)
+			v1 := f.Register("vibration.events-value", writerV1)
+			v2 := f.Register("vibration.events-value", writerV2)
+			v3 := f.Register("vibration.events-value", writerV3) // registered, never fetched before the outage
 			seeds := newCluster(t)
 			cfg := avroConfig(seeds, t.TempDir(), f)
 			cfg.Mode = tc.mode
@@ -631,7 +401,7 @@ func TestRegistryOutagePausesPartition(t *testing.T) {
 			for p, l := range log {
 				before[p] = len(l)
 			}
-			f.setDown(tc.down)
+			f.SetDown(tc.down)
 			wire(recs[3000:6000], func(i int, r sim.Record) uint32 {
 				if p, ok := keyPart[string(r.Key)]; ok && p == heldPart {
 					return v3
@@ -672,7 +442,7 @@ func TestRegistryOutagePausesPartition(t *testing.T) {
 				}
 			}
 
-			f.setDown("")
+			f.SetDown(avrotest.Up)
 			wire(recs[6000:], alternate)
 			waitConsumed(t, seeds, cfg, log)
 			waitFor(t, "the partition to resume", 30*time.Second, func() bool {
@@ -732,14 +502,14 @@ func TestRegistryOutagePausesPartition(t *testing.T) {
 func TestAlertSchemaRegistrationAtStartup(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		set  func(f *fakeRegistry)
+		set  func(f *avrotest.Registry)
 		want []string
 	}{
-		{"incompatible", func(f *fakeRegistry) { f.refuse = http.StatusConflict }, []string{"refused the alert schema", "vibration.alerts-value", "409"}},
-		{"unavailable", func(f *fakeRegistry) { f.down = "503" }, []string{"stayed unavailable", "vibration.alerts-value", "startup_timeout"}},
+		{"incompatible", func(f *avrotest.Registry) { f.Refuse(http.StatusConflict) }, []string{"refused the alert schema", "vibration.alerts-value", "409"}},
+		{"unavailable", func(f *avrotest.Registry) { f.SetDown(avrotest.Unavailable) }, []string{"stayed unavailable", "vibration.alerts-value", "startup_timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeRegistry(t)
+			f := avrotest.NewRegistry(t)
 			tc.set(f)
 			seeds := newCluster(t)
 			cfg := avroConfig(seeds, t.TempDir(), f)
@@ -786,11 +556,11 @@ func TestLocalSchemaSources(t *testing.T) {
 			seeds := newCluster(t)
 			cfg := testConfig(seeds, t.TempDir(), "local")
 			cfg.Sources = []config.Source{{Topic: cfg.Topics.Input, Format: config.FormatAvro, Avro: tc.src}}
-			w := mustSchema(t, writerV2)
+			w := avrotest.ParseSchema(t, writerV2)
 			recs := simRecords(3000, 31)
 			var other int
 			for i := range recs {
-				body, ok := toAvroBody(t, w, recs[i].Value)
+				body, ok := avrotest.EventBody(t, w, recs[i].Value)
 				if !ok {
 					continue
 				}
@@ -799,7 +569,7 @@ func TestLocalSchemaSources(t *testing.T) {
 					if tc.unknown && i%101 == 3 {
 						id, other = tc.id+1, other+1
 					}
-					body = append(avro.AppendHeader(nil, id), body...)
+					body = avrotest.Wire(id, body)
 				}
 				recs[i].Value = body
 			}
@@ -890,9 +660,9 @@ const avroRules = `rules:
 // equal their references, and the repartitioned rule's alerts carry
 // key_field, key and aggregate (alert schema version 2).
 func TestAvroSeveralRules(t *testing.T) {
-	f := newFakeRegistry(t)
-	v1 := f.register("vibration.events-value", writerV1)
-	v2 := f.register("vibration.events-value", writerV2)
+	f := avrotest.NewRegistry(t)
+	v1 := f.Register("vibration.events-value", writerV1)
+	v2 := f.Register("vibration.events-value", writerV2)
 	seeds := newCluster(t)
 	cfg := avroConfig(seeds, t.TempDir(), f)
 	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", avroRules)
@@ -919,7 +689,7 @@ func TestAvroSeveralRules(t *testing.T) {
 	in.stop(t)
 
 	for _, topic := range []string{"vibration.alerts", "vibration.avg.alerts", "vibration.peak.alerts"} {
-		if ids := f.subjectIDs(topic + "-value"); len(ids) != 1 {
+		if ids := f.SubjectIDs(topic + "-value"); len(ids) != 1 {
 			t.Errorf("subject %s-value has ids %v, want the alert schema once", topic, ids)
 		}
 	}

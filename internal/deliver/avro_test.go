@@ -5,14 +5,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,78 +21,26 @@ import (
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/avro"
+	"github.com/vibeline/processor/internal/avro/avrotest"
 	"github.com/vibeline/processor/schemas"
 )
-
-// schemaRegistry is a fake Confluent schema registry: GET /schemas/ids/{id}
-// answers {"schema": "<text>"}, or 404 with error_code 40403 for an id it
-// does not have; while down() is true it answers every request with 503.
-type schemaRegistry struct {
-	mu      sync.Mutex
-	schemas map[uint32]string
-	down    func() bool
-	fetches map[uint32]int // answered 200 or 404
-	refused int            // answered 503
-}
-
-func newSchemaRegistry() *schemaRegistry {
-	return &schemaRegistry{schemas: map[uint32]string{alertSchemaID: schemas.Alert()}, fetches: map[uint32]int{}}
-}
 
 // alertSchemaID is the id of schemas/alert.avsc in the fake registry.
 const alertSchemaID = 7
 
-func (f *schemaRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	answer := func(status int, v any) {
-		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(v)
-	}
-	if f.down != nil && f.down() {
-		f.refused++
-		answer(http.StatusServiceUnavailable, map[string]any{"error_code": 50301, "message": "Service Unavailable"})
-		return
-	}
-	idText, ok := strings.CutPrefix(r.URL.Path, "/schemas/ids/")
-	n, err := strconv.ParseUint(idText, 10, 32)
-	if r.Method != http.MethodGet || !ok || err != nil {
-		answer(http.StatusNotFound, map[string]any{"error_code": 404, "message": "HTTP 404 Not Found"})
-		return
-	}
-	id := uint32(n)
-	f.fetches[id]++
-	s, ok := f.schemas[id]
-	if !ok {
-		answer(http.StatusNotFound, map[string]any{"error_code": 40403, "message": "Schema not found"})
-		return
-	}
-	answer(http.StatusOK, map[string]any{"schema": s})
-}
-
-func (f *schemaRegistry) counts() (fetches map[uint32]int, refused int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m := map[uint32]int{}
-	for k, v := range f.fetches {
-		m[k] = v
-	}
-	return m, f.refused
+// newSchemaRegistry returns a fake schema registry (not serving) that has
+// schemas/alert.avsc as alertSchemaID.
+func newSchemaRegistry() *avrotest.Registry {
+	f := avrotest.NewHandler()
+	f.Add(alertSchemaID, schemas.Alert())
+	return f
 }
 
 // avroDecode returns the Avro DecodeFunc over a registry client at url
 // (httpClient nil: the client's own).
 func avroDecode(t *testing.T, url string, httpClient *http.Client) DecodeFunc {
 	t.Helper()
-	c, err := avro.NewClient(avro.ClientOptions{URL: url, Timeout: 2 * time.Second, HTTPClient: httpClient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := avro.NewRegistry(avro.RegistryOptions{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := avrotest.NewCache(t, avro.ClientOptions{URL: url, Timeout: 2 * time.Second, HTTPClient: httpClient})
 	dec, err := NewAvroDecoder(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,19 +60,6 @@ func richAlert(id string, rev int) alerts.Alert {
 		},
 		Late: true, Watermark: 1767348060000, Reason: "2 high-vibration events on sensor S-7-3",
 	}
-}
-
-func encodeAvro(t *testing.T, id uint32, a alerts.Alert) []byte {
-	t.Helper()
-	enc, err := avro.NewAlertEncoder(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := enc.EncodeAlert(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }
 
 // recorder is a sink that accepts everything and keeps the deliveries.
@@ -188,7 +121,7 @@ func TestAvroAlertDeliveredAsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	value := encodeAvro(t, alertSchemaID, a)
+	value := avrotest.AlertValue(t, alertSchemaID, a)
 	r := Record{Topic: "vibration.alerts", Partition: 0, Offset: 0, Key: []byte("M-7"), Value: value, Timestamp: time.Now()}
 	var dlq dlqLog
 	for _, run := range svc.runners {
@@ -230,7 +163,7 @@ func TestAvroAlertDeliveredAsJSON(t *testing.T) {
 	if h.key != d.IdempotencyKey {
 		t.Errorf("Idempotency-Key %q", h.key)
 	}
-	if fetches, _ := fr.counts(); fetches[alertSchemaID] != 1 {
+	if fetches := fr.Fetches(); fetches[alertSchemaID] != 1 {
 		t.Errorf("schema id %d fetched %d times, want once (cached for every lane)", alertSchemaID, fetches[alertSchemaID])
 	}
 }
@@ -264,7 +197,7 @@ func TestAvroRegistryOutageWaitsNeverDeadLetters(t *testing.T) {
 		start := time.Now()
 		const outage = 2 * time.Minute
 		fr := newSchemaRegistry()
-		fr.down = func() bool { return time.Since(start) < outage }
+		fr.DownWhile(func() bool { return time.Since(start) < outage })
 		pn := newPipeNet()
 		srv := &http.Server{Handler: fr}
 		go srv.Serve(pn)
@@ -284,7 +217,7 @@ func TestAvroRegistryOutageWaitsNeverDeadLetters(t *testing.T) {
 		p := newPartition("vibration.alerts", 0, rs, dlq.write, nil)
 		var recs []Record
 		for i := range 3 {
-			v := encodeAvro(t, alertSchemaID, richAlert("a1", i))
+			v := avrotest.AlertValue(t, alertSchemaID, richAlert("a1", i))
 			recs = append(recs, Record{Topic: "vibration.alerts", Offset: int64(i), Key: []byte("M-7"), Value: v, Timestamp: time.Now()})
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -299,7 +232,7 @@ func TestAvroRegistryOutageWaitsNeverDeadLetters(t *testing.T) {
 		if got, _ := a.deliveries(); len(got) != 0 {
 			t.Errorf("%d deliveries during the registry outage", len(got))
 		}
-		_, refused := fr.counts()
+		refused := fr.Refused()
 		t.Logf("%d registry requests refused in %s", refused, outage-10*time.Second)
 		// Backoff, not a hot loop: two lanes, ceilings 1s, 2s, 4s, 8s, then
 		// 10s, over 110s: a few dozen attempts at most.
@@ -349,14 +282,14 @@ func TestAvroRegistryOutageWaitsNeverDeadLetters(t *testing.T) {
 // the lane then goes on.
 func TestAvroUndecodableValuesAreDeadLettered(t *testing.T) {
 	fr := newSchemaRegistry()
-	fr.schemas[8] = schemas.Event() // a schema that is not an alert's
+	fr.Add(8, schemas.Event()) // a schema that is not an alert's
 	regSrv := httptest.NewServer(fr)
 	defer regSrv.Close()
 	rec := &recorder{name: "rec"}
 	rs, met := testRunners(t, quickRetry, quickBreaker, rec)
 	rs[0].decode = avroDecode(t, regSrv.URL, nil)
 
-	good := encodeAvro(t, alertSchemaID, richAlert("a1", 0))
+	good := avrotest.AlertValue(t, alertSchemaID, richAlert("a1", 0))
 	jsonValue, err := richAlert("a1", 0).Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -366,10 +299,10 @@ func TestAvroUndecodableValuesAreDeadLettered(t *testing.T) {
 		value  []byte
 		detail string
 	}{
-		{"unknown schema id", encodeAvro(t, 99, richAlert("a1", 0)), "schema id 99 not found in the registry"},
+		{"unknown schema id", avrotest.AlertValue(t, 99, richAlert("a1", 0)), "schema id 99 not found in the registry"},
 		{"not the wire format (a JSON alert)", jsonValue, "want the magic byte 0x00 of the Confluent wire format"},
 		{"too short", []byte{0, 0, 0}, "shorter than the 5-byte Confluent wire-format header"},
-		{"schema that is not an alert", append(avro.AppendHeader(nil, 8), good[avro.HeaderSize:]...), "schema id 8 cannot be read as an alert"},
+		{"schema that is not an alert", avrotest.Wire(8, good[avro.HeaderSize:]), "schema id 8 cannot be read as an alert"},
 		{"truncated body", good[:len(good)-4], "schema id 7"},
 	}
 	var dlq dlqLog
@@ -402,7 +335,7 @@ func TestAvroUndecodableValuesAreDeadLettered(t *testing.T) {
 	if n := value(t, met.Deliveries.WithLabelValues("rec", OutcomeDeadLettered)); n != float64(len(cases)) {
 		t.Errorf("dead_lettered = %v, want %d", n, len(cases))
 	}
-	if fetches, _ := fr.counts(); fetches[99] != 1 {
+	if fetches := fr.Fetches(); fetches[99] != 1 {
 		t.Errorf("unknown schema id fetched %d times, want once (its absence is cached)", fetches[99])
 	}
 }

@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	hamba "github.com/hamba/avro/v2"
-
 	"github.com/vibeline/processor/internal/avro"
+	"github.com/vibeline/processor/internal/avro/avrotest"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/schemas"
@@ -14,41 +13,13 @@ import (
 
 // writer is a producer's writer schema: ts as a long or a string, the
 // optional clock, and a field the reader does not know.
-const writer = `{"type":"record","name":"E","namespace":"test","fields":[
-	{"name":"event_id","type":"string"},
-	{"name":"machine_id","type":"string"},
-	{"name":"sensor_id","type":"string"},
-	{"name":"ts","type":["long","string"]},
-	{"name":"seq","type":"long"},
-	{"name":"value","type":"double"},
-	{"name":"unit","type":"string"},
-	{"name":"schema_version","type":"long"},
-	{"name":"quality","type":"string"},
-	{"name":"clock","type":["null","string"],"default":null},
-	{"name":"gateway","type":"string","default":"gw"}]}`
-
-type avroEvent struct {
-	EventID       string  `avro:"event_id" json:"event_id"`
-	MachineID     string  `avro:"machine_id" json:"machine_id"`
-	SensorID      string  `avro:"sensor_id" json:"sensor_id"`
-	TS            any     `avro:"ts" json:"ts"`
-	Seq           int64   `avro:"seq" json:"seq"`
-	Value         float64 `avro:"value" json:"value"`
-	Unit          string  `avro:"unit" json:"unit"`
-	SchemaVersion int64   `avro:"schema_version" json:"schema_version"`
-	Quality       string  `avro:"quality" json:"quality"`
-	Clock         *string `avro:"clock" json:"clock,omitempty"`
-	Gateway       string  `avro:"gateway" json:"gateway"`
-}
+var writer = avrotest.EventWriter(avrotest.ClockField, avrotest.StringField("gateway", "gw"))
 
 // A Stage with the Avro decoder validates exactly as one with JSON: after
 // decoding, the same event or the same reason, field and detail.
 func TestAvroStageValidatesAsJSON(t *testing.T) {
 	const recordTS int64 = 1767323045678
-	ws, err := hamba.ParseWithCache(writer, "", &hamba.SchemaCache{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := avrotest.ParseSchema(t, writer)
 	dec, err := avro.NewDecoder(avro.NewLocalSource(ws, 3), avro.DecoderOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -67,28 +38,27 @@ func TestAvroStageValidatesAsJSON(t *testing.T) {
 	}
 	unsynced := "unsynced"
 	bogus := "maybe"
-	base := func() avroEvent {
-		return avroEvent{EventID: "e-1", MachineID: "M-1", SensorID: "S-1", TS: recordTS - 1000, Seq: 4, Value: 7.5,
+	base := func() avrotest.Event {
+		return avrotest.Event{EventID: "e-1", MachineID: "M-1", SensorID: "S-1", TS: recordTS - 1000, Seq: 4, Value: 7.5,
 			Unit: "mm/s", SchemaVersion: 1, Quality: "good", Gateway: "gw-9"}
 	}
-	cases := map[string]func(e *avroEvent){
-		"valid":           func(e *avroEvent) {},
-		"in/s":            func(e *avroEvent) { e.Unit, e.Value = "in/s", 0.3 },
-		"rfc3339 ts":      func(e *avroEvent) { e.TS = "2026-01-02T03:04:04.678+01:00" },
-		"unsynced clock":  func(e *avroEvent) { e.Clock = &unsynced },
-		"bad clock":       func(e *avroEvent) { e.Clock = &bogus },
-		"bad ts string":   func(e *avroEvent) { e.TS = "yesterday" },
-		"negative ts":     func(e *avroEvent) { e.TS = int64(-5) },
-		"bad unit":        func(e *avroEvent) { e.Unit = "furlong/s" },
-		"bad quality":     func(e *avroEvent) { e.Quality = "great" },
-		"negative seq":    func(e *avroEvent) { e.Seq = -1 },
-		"empty event_id":  func(e *avroEvent) { e.EventID = "" },
-		"empty sensor":    func(e *avroEvent) { e.SensorID = "" },
-		"unknown version": func(e *avroEvent) { e.SchemaVersion = 7 },
-		"key mismatch":    func(e *avroEvent) { e.MachineID = "M-2" },
-		"clock ahead":     func(e *avroEvent) { e.TS = recordTS + 3_600_000 },
+	cases := map[string]func(e *avrotest.Event){
+		"valid":           func(e *avrotest.Event) {},
+		"in/s":            func(e *avrotest.Event) { e.Unit, e.Value = "in/s", 0.3 },
+		"rfc3339 ts":      func(e *avrotest.Event) { e.TS = "2026-01-02T03:04:04.678+01:00" },
+		"unsynced clock":  func(e *avrotest.Event) { e.Clock = &unsynced },
+		"bad clock":       func(e *avrotest.Event) { e.Clock = &bogus },
+		"bad ts string":   func(e *avrotest.Event) { e.TS = "yesterday" },
+		"negative ts":     func(e *avrotest.Event) { e.TS = int64(-5) },
+		"bad unit":        func(e *avrotest.Event) { e.Unit = "furlong/s" },
+		"bad quality":     func(e *avrotest.Event) { e.Quality = "great" },
+		"negative seq":    func(e *avrotest.Event) { e.Seq = -1 },
+		"empty event_id":  func(e *avrotest.Event) { e.EventID = "" },
+		"empty sensor":    func(e *avrotest.Event) { e.SensorID = "" },
+		"unknown version": func(e *avrotest.Event) { e.SchemaVersion = 7 },
+		"key mismatch":    func(e *avrotest.Event) { e.MachineID = "M-2" },
+		"clock ahead":     func(e *avrotest.Event) { e.TS = recordTS + 3_600_000 },
 	}
-	api := hamba.Config{TagKey: "avro"}.Freeze()
 	for name, mod := range cases {
 		e := base()
 		mod(&e)
@@ -96,11 +66,7 @@ func TestAvroStageValidatesAsJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err := api.Marshal(ws, &e)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		av := append(avro.AppendHeader(nil, 3), body...)
+		av := avrotest.Wire(3, avrotest.Body(t, ws, &e))
 		key := []byte("M-1")
 		wantEv, wantErr := jsonStage.Check(&Input{Key: key, Value: js, TimestampMs: recordTS})
 		gotEv, gotErr := avroStage.Check(&Input{Key: key, Value: av, TimestampMs: recordTS})
@@ -157,11 +123,7 @@ func TestStageEncodeAlert(t *testing.T) {
 	if string(got[0].JSON) != string(want[0].Value) || want[0].JSON != nil {
 		t.Fatalf("JSON beside the Avro alert:\n got %s\nwant %s", got[0].JSON, want[0].Value)
 	}
-	s, err := hamba.ParseWithCache(schemas.Alert(), "", &hamba.SchemaCache{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := avro.NewAlertDecoder(avro.NewLocalSource(s, 5))
+	d, err := avro.NewAlertDecoder(avro.NewLocalSource(avrotest.ParseSchema(t, schemas.Alert()), 5))
 	if err != nil {
 		t.Fatal(err)
 	}

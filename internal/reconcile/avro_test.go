@@ -1,23 +1,16 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	hamba "github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/avro"
+	"github.com/vibeline/processor/internal/avro/avrotest"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/pipeline"
@@ -30,195 +23,42 @@ import (
 
 // eventWriter is the producers' writer schema (registered as id 1): the
 // event's fields with a plain long-or-string ts.
-const eventWriter = `{"type":"record","name":"VibrationEvent","namespace":"com.acme.iot","fields":[
-	{"name":"event_id","type":"string"},
-	{"name":"machine_id","type":"string"},
-	{"name":"sensor_id","type":"string"},
-	{"name":"ts","type":["long","string"]},
-	{"name":"seq","type":"long"},
-	{"name":"value","type":"double"},
-	{"name":"unit","type":"string"},
-	{"name":"schema_version","type":"long"},
-	{"name":"quality","type":"string"},
-	{"name":"clock","type":["null","string"],"default":null}]}`
+var eventWriter = avrotest.EventWriter(avrotest.ClockField)
 
 // unknownSchemaID is a schema id the registry does not know: its records
 // are dead-lettered as schema_unknown.
 const unknownSchemaID = 999
-
-// fakeRegistry is a Confluent-API schema registry on 127.0.0.1 (GET
-// /schemas/ids/{id}, POST /subjects/{subject}/versions) that can be taken
-// down (HTTP 503).
-type fakeRegistry struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	byID map[uint32]string
-	ids  map[string]uint32
-	down bool
-}
-
-func newFakeRegistry(t *testing.T) *fakeRegistry {
-	t.Helper()
-	f := &fakeRegistry{byID: map[uint32]string{}, ids: map[string]uint32{}}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeRegistry) register(schema string) uint32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id, ok := f.ids[schema]
-	if !ok {
-		id = uint32(len(f.ids) + 1)
-		f.ids[schema], f.byID[id] = id, schema
-	}
-	return id
-}
-
-func (f *fakeRegistry) setDown(down bool) {
-	f.mu.Lock()
-	f.down = down
-	f.mu.Unlock()
-}
-
-func (f *fakeRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	down := f.down
-	f.mu.Unlock()
-	if down {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"error_code":50301,"message":"registry down for the test"}`)
-		return
-	}
-	w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
-	switch {
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/schemas/ids/"):
-		n, err := strconv.ParseUint(strings.TrimPrefix(r.URL.Path, "/schemas/ids/"), 10, 32)
-		f.mu.Lock()
-		s, ok := f.byID[uint32(n)]
-		f.mu.Unlock()
-		if err != nil || !ok {
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = io.WriteString(w, `{"error_code":40403,"message":"Schema not found"}`)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"schema": s})
-	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/versions"):
-		var body struct{ Schema string }
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			w.WriteHeader(http.StatusUnprocessableEntity)
-			_, _ = io.WriteString(w, `{"error_code":42201,"message":"invalid schema"}`)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]uint32{"id": f.register(body.Schema)})
-	default:
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = io.WriteString(w, `{"error_code":404,"message":"no such path"}`)
-	}
-}
-
-// avroEvent is a producer's record of eventWriter.
-type avroEvent struct {
-	EventID       string  `avro:"event_id"`
-	MachineID     string  `avro:"machine_id"`
-	SensorID      string  `avro:"sensor_id"`
-	TS            any     `avro:"ts"`
-	Seq           int64   `avro:"seq"`
-	Value         float64 `avro:"value"`
-	Unit          string  `avro:"unit"`
-	SchemaVersion int64   `avro:"schema_version"`
-	Quality       string  `avro:"quality"`
-	Clock         *string `avro:"clock"`
-}
 
 // avroConverter turns simulated JSON records into wire-format Avro of
 // schema id 1; every 50th record gets the unknown schema id instead. A
 // value that is not an object of the event's fields with Avro-compatible
 // types (the simulator's poison records) keeps its bytes: decode_error.
 func avroConverter(t *testing.T) func([]sim.Record) []sim.Record {
-	writer, err := hamba.ParseWithCache(eventWriter, "", &hamba.SchemaCache{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := hamba.Config{TagKey: "avro"}.Freeze()
+	writer := avrotest.ParseSchema(t, eventWriter)
 	n := 0
 	return func(recs []sim.Record) []sim.Record {
 		for i, r := range recs {
-			e, ok := toAvroEvent(r.Value)
+			body, ok := avrotest.EventBody(t, writer, r.Value)
 			if !ok {
 				continue
-			}
-			body, err := api.Marshal(writer, &e)
-			if err != nil {
-				t.Fatalf("encode %s: %v", r.Value, err)
 			}
 			id := uint32(1)
 			if n++; n%50 == 0 {
 				id = unknownSchemaID
 			}
-			recs[i].Value = append(avro.AppendHeader(nil, id), body...)
+			recs[i].Value = avrotest.Wire(id, body)
 		}
 		return recs
 	}
 }
 
-func toAvroEvent(value []byte) (avroEvent, bool) {
-	dec := json.NewDecoder(bytes.NewReader(value))
-	dec.UseNumber()
-	var m map[string]any
-	if dec.Decode(&m) != nil {
-		return avroEvent{}, false
-	}
-	str := func(k string) (string, bool) { s, ok := m[k].(string); return s, ok }
-	integer := func(k string) (int64, bool) {
-		n, ok := m[k].(json.Number)
-		if !ok {
-			return 0, false
-		}
-		v, err := n.Int64()
-		return v, err == nil
-	}
-	var e avroEvent
-	var ok [9]bool
-	e.EventID, ok[0] = str("event_id")
-	e.MachineID, ok[1] = str("machine_id")
-	e.SensorID, ok[2] = str("sensor_id")
-	e.Unit, ok[3] = str("unit")
-	e.Quality, ok[4] = str("quality")
-	if s, isStr := str("ts"); isStr {
-		e.TS, ok[5] = s, true
-	} else if v, isInt := integer("ts"); isInt {
-		e.TS, ok[5] = v, true
-	}
-	e.Seq, ok[6] = integer("seq")
-	if n, isNum := m["value"].(json.Number); isNum {
-		v, err := n.Float64()
-		e.Value, ok[7] = v, err == nil
-	}
-	e.SchemaVersion, ok[8] = integer("schema_version")
-	for _, b := range ok {
-		if !b {
-			return avroEvent{}, false
-		}
-	}
-	switch c := m["clock"].(type) {
-	case string:
-		e.Clock = &c
-	case nil:
-	default:
-		return avroEvent{}, false
-	}
-	return e, true
-}
-
 // avroProcessed runs the processor with an Avro source and Avro alerts
 // over total simulated records (the rules file rulesText, or the rule:
 // block when empty) and returns its configuration and the registry.
-func avroProcessed(t *testing.T, rulesText string, o sim.Options, total int) (config.Config, *fakeRegistry) {
+func avroProcessed(t *testing.T, rulesText string, o sim.Options, total int) (config.Config, *avrotest.Registry) {
 	t.Helper()
-	reg := newFakeRegistry(t)
-	if id := reg.register(eventWriter); id != 1 {
+	reg := avrotest.NewRegistry(t)
+	if id := reg.Register("vibration.events-value", eventWriter); id != 1 {
 		t.Fatalf("writer schema id %d, want 1", id)
 	}
 	cfg := kafkatest.Config(kafkatest.Cluster(t, 3, "vibration.events").ListenAddrs(), t.TempDir(), "avro")
@@ -227,7 +67,7 @@ func avroProcessed(t *testing.T, rulesText string, o sim.Options, total int) (co
 	}
 	cfg.Sources = []config.Source{{Topic: cfg.Topics.Input, Format: config.FormatAvro}}
 	cfg.AlertsFormat = config.FormatAvro
-	cfg.Registry.URL = reg.srv.URL
+	cfg.Registry.URL = reg.URL()
 	cfg.Registry.Timeout = 2 * time.Second
 	cfg.Registry.RetryBackoff = 20 * time.Millisecond
 	cfg.Registry.RetryBackoffMax = 200 * time.Millisecond
@@ -264,20 +104,12 @@ func wantAvroOutputs(t *testing.T, cfg config.Config, alertsTopic, dlqTopic stri
 
 // reencoded returns r's Avro alert decoded, changed by change and encoded
 // again with the same schema id, as a new record for r's partition.
-func reencoded(t *testing.T, reg *fakeRegistry, r *kgo.Record, change func(*alerts.Alert)) *kgo.Record {
+func reencoded(t *testing.T, reg *avrotest.Registry, r *kgo.Record, change func(*alerts.Alert)) *kgo.Record {
 	t.Helper()
 	a := decodeAvroAlert(t, reg, r.Value)
 	change(&a)
 	id, _ := avro.SchemaID(r.Value)
-	enc, err := avro.NewAlertEncoder(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := enc.EncodeAlert(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: v, Headers: r.Headers}
+	return &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: avrotest.AlertValue(t, id, a), Headers: r.Headers}
 }
 
 // movedEvidence makes a an alert of its own (a new id, revision 0) whose
@@ -287,24 +119,9 @@ func movedEvidence(a *alerts.Alert) {
 	a.Evidence[0].Offset += 1_000_000
 }
 
-func decodeAvroAlert(t *testing.T, reg *fakeRegistry, value []byte) alerts.Alert {
+func decodeAvroAlert(t *testing.T, reg *avrotest.Registry, value []byte) alerts.Alert {
 	t.Helper()
-	client, err := avro.NewClient(avro.ClientOptions{URL: reg.srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := avro.NewRegistry(avro.RegistryOptions{Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Prepare(context.Background(), [][]byte{value}); err != nil {
-		t.Fatal(err)
-	}
-	dec, err := avro.NewAlertDecoder(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := dec.DecodeAlert(value)
+	a, err := avrotest.DecodeAlert(t, reg.Cache(t), value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,8 +169,8 @@ func TestReconcileAvroRulesFile(t *testing.T) {
 	runOK(t, base)
 
 	t.Run("registry down", func(t *testing.T) {
-		reg.setDown(true)
-		defer reg.setDown(false)
+		reg.SetDown(avrotest.Unavailable)
+		defer reg.SetDown(avrotest.Up)
 		testRegistryDown(t, rec, reg)
 	})
 
@@ -410,7 +227,7 @@ func TestReconcileAvroRulesFile(t *testing.T) {
 // testRegistryDown: with the registry answering 503, reconcile (a new
 // run: an empty schema cache) fails with an error naming the registry and
 // the schema id, and reports nothing.
-func testRegistryDown(t *testing.T, o Options, reg *fakeRegistry) {
+func testRegistryDown(t *testing.T, o Options, reg *avrotest.Registry) {
 	t.Helper()
 	rep, err := Run(context.Background(), o)
 	if err == nil {
@@ -419,7 +236,7 @@ func testRegistryDown(t *testing.T, o Options, reg *fakeRegistry) {
 	if rep != nil {
 		t.Errorf("a report with an error: %s", rep)
 	}
-	for _, want := range []string{reg.srv.URL, "schema id ", "unavailable"} {
+	for _, want := range []string{reg.URL(), "schema id ", "unavailable"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
@@ -444,8 +261,8 @@ func TestReconcileAvroLegacy(t *testing.T) {
 	}
 
 	t.Run("registry down", func(t *testing.T) {
-		reg.setDown(true)
-		defer reg.setDown(false)
+		reg.SetDown(avrotest.Unavailable)
+		defer reg.SetDown(avrotest.Up)
 		testRegistryDown(t, rec, reg)
 	})
 

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	hamba "github.com/hamba/avro/v2"
-
 	"github.com/vibeline/processor/internal/avro"
+	"github.com/vibeline/processor/internal/avro/avrotest"
 	"github.com/vibeline/processor/schemas"
 )
 
@@ -55,49 +54,21 @@ func eventV3Incompatible(t *testing.T) string {
 }
 
 // record is a producer's record for eventV1 / eventV2.
-type record struct {
-	EventID       string  `avro:"event_id"`
-	MachineID     string  `avro:"machine_id"`
-	SensorID      string  `avro:"sensor_id"`
-	TS            any     `avro:"ts"`
-	Seq           int64   `avro:"seq"`
-	Value         float64 `avro:"value"`
-	Unit          string  `avro:"unit"`
-	SchemaVersion int64   `avro:"schema_version"`
-	Quality       string  `avro:"quality"`
-	Clock         *string `avro:"clock"`
-	Gateway       string  `avro:"gateway"`
-	Firmware      *string `avro:"firmware"`
-}
+type record = avrotest.Event
 
 // produce writes rec with the writer schema text in the wire format of id,
 // as a Confluent serializer would.
 func produce(t *testing.T, schema string, id uint32, rec any) []byte {
 	t.Helper()
-	s, err := hamba.ParseWithCache(schema, "", &hamba.SchemaCache{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := hamba.Config{TagKey: "avro"}.Freeze().Marshal(s, rec)
-	if err != nil {
-		t.Fatalf("encode: %v", err)
-	}
-	return append(avro.AppendHeader(nil, id), body...)
+	return avrotest.Wire(id, avrotest.Body(t, avrotest.ParseSchema(t, schema), rec))
 }
 
 // newRegistry returns a fresh cache (as a new processor instance has) on
 // url, with a short timeout.
 func newRegistry(t *testing.T, url string) *avro.Registry {
 	t.Helper()
-	c, err := avro.NewClient(avro.ClientOptions{URL: url, Timeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	r, err := avro.NewRegistry(avro.RegistryOptions{Client: c})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := avrotest.NewCache(t, avro.ClientOptions{URL: url, Timeout: 3 * time.Second})
+	t.Cleanup(r.Client().Close)
 	return r
 }
 
