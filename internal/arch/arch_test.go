@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,35 @@ func TestPurePackages(t *testing.T) {
 						t.Errorf("%s imports %s: %s is pure (%s)", file, path, pkg, bad.why)
 					}
 				}
+			}
+		}
+	}
+}
+
+// scaffolding are the packages written for tests (in-process clusters, fake
+// registries): no package of the product may depend on them, so that what
+// runs in production never carries test doubles.
+var scaffolding = []string{mod + "internal/kafkatest", mod + "internal/avro/avrotest"}
+
+func TestNoProductionCodeDependsOnTestScaffolding(t *testing.T) {
+	// Every package of the module with its dependencies, tests not
+	// included (Deps does not follow test imports).
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", mod+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 20 {
+		t.Fatalf("go list listed %d packages: %q", len(lines), out)
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if slices.Contains(scaffolding, f[0]) {
+			continue
+		}
+		for _, dep := range f[1:] {
+			if slices.Contains(scaffolding, dep) {
+				t.Errorf("%s depends on the test scaffolding %s", f[0], dep)
 			}
 		}
 	}
