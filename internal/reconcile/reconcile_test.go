@@ -46,7 +46,9 @@ func processed(t *testing.T) config.Config {
 	var produced []*kgo.Record
 	for range 10 {
 		produced = append(produced, kafkatest.Produce(t, cfg.Brokers, cfg.Topics.Input, kafkatest.Records(line, 1000)...)...)
-		time.Sleep(40 * time.Millisecond)
+		// Committed before the next chunk: at least one transaction per
+		// chunk, however far ahead of its workers the processor polls.
+		kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	}
 	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	cancel()

@@ -117,7 +117,10 @@ func runProcessor(t *testing.T, cfg config.Config, o sim.Options, total int, con
 			recs = conv(recs)
 		}
 		produced = append(produced, kafkatest.Produce(t, cfg.Brokers, cfg.Topics.Input, recs...)...)
-		time.Sleep(40 * time.Millisecond)
+		// Each chunk committed before the next: at least one transaction
+		// per chunk (the range tests split the log at a commit), however
+		// far ahead of its workers the processor polls.
+		kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	}
 	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	rs, err := cfg.Rules()
