@@ -235,21 +235,11 @@ func (f deliveryFormat) String() string {
 // Unknown keys in the registry: section are errors; the rest of the file is
 // not read here.
 func loadDeliveryFormat(path string) (deliveryFormat, error) {
-	v := viper.New()
-	for key, val := range config.Keys() {
-		if key == "alerts_format" || strings.HasPrefix(key, "registry.") {
-			v.SetDefault(key, val)
-		}
-	}
-	v.SetEnvPrefix(config.EnvPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
-	if path != "" {
-		v.SetConfigFile(path)
-		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
-			return deliveryFormat{}, fmt.Errorf("config: read %s: %w", path, err)
-		}
+	v, err := readProcessorKeys(path, func(key string) bool {
+		return key == "alerts_format" || strings.HasPrefix(key, "registry.")
+	})
+	if err != nil {
+		return deliveryFormat{}, err
 	}
 	var c struct {
 		Registry     config.Registry `mapstructure:"registry"`

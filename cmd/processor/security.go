@@ -37,21 +37,9 @@ func kafkaSecurityOpts(c kafkasec.Config, logger *slog.Logger) ([]kgo.Opt, error
 // processor's configuration (deliver, loadgen). Unknown keys in the section
 // are errors; the rest of the file is not read.
 func loadKafkaSecurity(path string) (kafkasec.Config, error) {
-	v := viper.New()
-	for key, val := range config.Keys() {
-		if strings.HasPrefix(key, "kafka.") {
-			v.SetDefault(key, val)
-		}
-	}
-	v.SetEnvPrefix(config.EnvPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
-	if path != "" {
-		v.SetConfigFile(path)
-		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
-			return kafkasec.Config{}, fmt.Errorf("config: read %s: %w", path, err)
-		}
+	v, err := readProcessorKeys(path, func(key string) bool { return strings.HasPrefix(key, "kafka.") })
+	if err != nil {
+		return kafkasec.Config{}, err
 	}
 	var c struct {
 		Kafka kafkasec.Config `mapstructure:"kafka"`
@@ -71,4 +59,29 @@ func loadKafkaSecurity(path string) (kafkasec.Config, error) {
 		return kafkasec.Config{}, errors.Join(list...)
 	}
 	return c.Kafka, nil
+}
+
+// readProcessorKeys reads the YAML file at path ("" for none) for a command
+// that needs only some of the processor's keys: the processor's defaults
+// of the keys keep selects, PROCESSOR_* environment overrides, then the
+// file. The caller unmarshals its section (UnmarshalExact, with a ",remain"
+// field for the keys that are not its own) and validates it.
+func readProcessorKeys(path string, keep func(key string) bool) (*viper.Viper, error) {
+	v := viper.New()
+	for key, val := range config.Keys() {
+		if keep(key) {
+			v.SetDefault(key, val)
+		}
+	}
+	v.SetEnvPrefix(config.EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config: read %s: %w", path, err)
+		}
+	}
+	return v, nil
 }

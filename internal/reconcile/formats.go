@@ -95,12 +95,7 @@ func newFormats(cfg config.Config, rs []*rules.Compiled) (*formats, error) {
 
 // decoder is the decoder of the values of source topic (nil: JSON). A
 // repartition topic carries its source's values: use the source's.
-func (f *formats) decoder(source string) event.Decoder {
-	if d, ok := f.decoders[source]; ok {
-		return d
-	}
-	return nil
-}
+func (f *formats) decoder(source string) event.Decoder { return f.decoders[source] }
 
 // prepareTopic fetches the writer schema of every schema id among the
 // values of recs, read from topic, when the topic's values carry registry

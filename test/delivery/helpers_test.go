@@ -22,11 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/deliver"
+	"github.com/vibeline/processor/internal/kafkatest"
 )
 
 const (
@@ -39,13 +39,7 @@ const (
 // given topics (3 partitions each).
 func newCluster(t *testing.T, topics ...string) []string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return kafkatest.Cluster(t, partitions, topics...).ListenAddrs()
 }
 
 func testLogger(t *testing.T) *slog.Logger {
