@@ -108,6 +108,7 @@ func BenchmarkRules(b *testing.B) {
 			line := fmt.Sprintf("%s vs 1 rule: cost %.2fx whole run (%.0f vs %.0f records/s), %.2fx steady (%.0f vs %.0f records/s), %.2fx processor CPU (%.2f vs %.2f µs/record); %s the aim < 3x (steady)",
 				name, cost, r.rate(), one.rate(), steady, r.steadyRate(), one.steadyRate(),
 				cpu, r.procCPU.Seconds()*1e6/float64(r.n), one.procCPU.Seconds()*1e6/float64(one.n), verdict)
+			line += slowPhaseNote(one, r)
 			b.Logf("bench: %s", line)
 			costs = append(costs, line)
 		})
@@ -229,6 +230,25 @@ func (f *fixture) runRules(b *testing.B, name string, rs []benchrules.Rule, repa
 }
 
 func kstr(s string) *string { return &s }
+
+// slowPhaseNote warns when a commit of either run took over a second: the
+// broker then had one of its slow phases (docs/BENCHMARKS.md, "Rules: 10
+// vs 1": its request handlers use two to three times the CPU for the same
+// records, whatever the processor does), which lowers that run's
+// throughput however fast the processor is. The processor's CPU ratio is
+// the figure such a run still gives.
+func slowPhaseNote(runs ...procRun) string {
+	var slow []string
+	for _, r := range runs {
+		if n := r.met.slowCommits(); n > 0 {
+			slow = append(slow, fmt.Sprintf("%s: %.0f commits over 1 s, broker CPU %.1f s", r.name, n, r.cpu.brokerCPU.Seconds()))
+		}
+	}
+	if len(slow) == 0 {
+		return ""
+	}
+	return "; broker slow phase (" + strings.Join(slow, "; ") + "): compare the processor CPU ratio"
+}
 
 // ruleRecords scrapes processor_rule_records_total: rule (id.vN) ->
 // outcome -> records.
