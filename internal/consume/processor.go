@@ -355,7 +355,12 @@ func (p *Processor) Run(ctx context.Context) error {
 			st.Close()
 		}
 	}()
-	manual := map[string]bool{}
+	manual, markers := map[string]bool{}, map[string]bool{}
+	for _, src := range p.sources {
+		for _, t := range src.forwards {
+			markers[t.input] = true
+		}
+	}
 	for _, t := range p.tasks {
 		st, err := state.Open(t.dir, p.log)
 		if err != nil {
@@ -382,7 +387,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
 		kgo.HeartbeatInterval(min(3*time.Second, p.cfg.SessionTimeout/3)),
 		kgo.InstanceID(p.cfg.InstanceID),
-		kgo.RecordPartitioner(partitioner{manual: manual, def: kgo.StickyKeyPartitioner(nil)}),
+		kgo.RecordPartitioner(partitioner{manual: manual, markers: markers, def: kgo.StickyKeyPartitioner(nil)}),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
@@ -493,6 +498,18 @@ func (p *Processor) baseOpts() []kgo.Opt {
 }
 
 func (p *Processor) loop(ctx context.Context) error {
+	// Outputs are produced, and batches committed, with octx: a shutdown
+	// request (ctx cancelled) must not cancel them, since franz-go fails a
+	// lingering record whose context ended and the open batch is to commit;
+	// but a broker that cannot be reached must not hold the process
+	// forever either, so octx ends TransactionTimeout after ctx (when the
+	// broker would have aborted the transaction anyway). The commit then
+	// fails and Run returns its error; the batch's records are processed
+	// again after the restart. (A liveness bound only: no output depends
+	// on it.)
+	octx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	context.AfterFunc(ctx, func() { time.AfterFunc(p.cfg.TransactionTimeout, stop) })
 	defer p.drain() // no job outlives the loop, whatever it returns
 	for {
 		if ctx.Err() != nil {
@@ -521,12 +538,12 @@ func (p *Processor) loop(ctx context.Context) error {
 			p.log.Warn("consume: fetch error", "topic", t, "partition", part, "err", err)
 		})
 		if !fetches.Empty() {
-			if err := p.processFetches(ctx, fetches); err != nil {
+			if err := p.processFetches(ctx, octx, fetches); err != nil {
 				return err
 			}
 		}
 		if p.inTxn && (p.now().Sub(p.txnStart) >= p.cfg.CommitInterval || ctx.Err() != nil) {
-			if err := p.commit(context.WithoutCancel(ctx)); err != nil {
+			if err := p.commit(octx); err != nil {
 				return err
 			}
 		}
@@ -565,7 +582,9 @@ func (p *Processor) shutdown() error {
 // shared between them but the transactional producer, which is safe for
 // concurrent use; a key's outputs come from one goroutine at a time, in
 // order.
-func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) error {
+// ctx is Run's (the registry gate's retries stop with it), octx the
+// outputs' (loop).
+func (p *Processor) processFetches(ctx, octx context.Context, fetches kgo.Fetches) error {
 	type work struct {
 		pt *part
 		fp kgo.FetchTopicPartition
@@ -600,7 +619,11 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 			}
 		}
 		if len(held) > 0 {
-			return p.holdBack(ctx, held)
+			polled := make([]pkey, len(todo))
+			for i, w := range todo {
+				polled[i] = w.pt.pkey
+			}
+			return p.holdBack(octx, held, polled)
 		}
 	}
 	if !p.inTxn {
@@ -618,13 +641,12 @@ func (p *Processor) processFetches(ctx context.Context, fetches kgo.Fetches) err
 	// The jobs' records linger in the producer until the batch's flush
 	// (exactly_once), and franz-go fails a buffered record whose context
 	// ended: a shutdown (Run's ctx cancelled) must still commit the open
-	// batch, so the outputs are produced without that cancellation.
-	pctx := context.WithoutCancel(ctx)
+	// batch, so the outputs are produced with octx (see loop).
 	for _, w := range todo {
 		p.dispatch(w.pt, func() {
 			w.pt.endOffset = w.fp.LastStableOffset
 			for _, r := range w.fp.Records {
-				p.handle(pctx, w.pt, r)
+				p.handle(octx, w.pt, r)
 			}
 			w.pt.lastRecord = w.fp.Records[len(w.fp.Records)-1].Timestamp
 			if p.afterJob != nil {
@@ -805,8 +827,11 @@ func (p *Processor) commit(ctx context.Context) error { return p.endBatch(ctx, t
 // batch so that no offset past a record that was not processed is
 // committed: the consumer rewinds every partition to its committed offset
 // (docs/AVRO.md, "Registry outage"). The held partitions are resumed by the
-// gate once the registry answers; the others go on at once.
-func (p *Processor) holdBack(ctx context.Context, held []pkey) error {
+// gate once the registry answers; the others go on at once. polled are
+// all the partitions of the poll, held or not: the consumer moved past
+// their records too, and at_least_once's abort rewinds only the partitions
+// the group has committed before, so each is rewound here by name.
+func (p *Processor) holdBack(ctx context.Context, held, polled []pkey) error {
 	pause := map[string][]int32{}
 	for _, k := range held {
 		pause[k.topic] = append(pause[k.topic], k.id)
@@ -820,7 +845,7 @@ func (p *Processor) holdBack(ctx context.Context, held []pkey) error {
 		}
 		p.inTxn, p.txnStart = true, p.now()
 	}
-	return p.endBatch(context.WithoutCancel(ctx), false, held)
+	return p.endBatch(ctx, false, polled)
 }
 
 // endBatch commits the open batch when commit is true (and nothing failed),
@@ -1215,10 +1240,43 @@ func keys(m map[string][]int32) []pkey {
 	return ks
 }
 
+// onAssigned receives the member's whole assignment (eager balancing: every
+// rebalance revokes everything first). A partition held from before that
+// is not in it is dropped here as well as in onRevoked: franz-go's
+// transactional session calls onRevoked only once between two ends of a
+// transaction, so after two rebalances without a commit in between (a quiet
+// input during a rolling restart) the second revoke never reaches us, and
+// a partition given away in it would otherwise stay in p.parts, its state
+// reported (watermark markers, status, metrics) by a member that no longer
+// owns it.
 func (p *Processor) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	now := map[pkey]bool{}
+	for _, k := range keys(assigned) {
+		now[k] = true
+	}
+	p.mu.Lock()
+	var stale []pkey
+	for k := range p.parts {
+		if !now[k] {
+			stale = append(stale, k)
+		}
+	}
+	for k := range p.fresh {
+		if !now[k] && p.parts[k] == nil {
+			stale = append(stale, k)
+		}
+	}
+	p.mu.Unlock()
+	if len(stale) > 0 {
+		p.drop(stale)
+		if p.gate != nil {
+			p.gate.forget(stale)
+		}
+		p.log.Info("consume: partitions no longer assigned dropped", "partitions", stale)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, k := range keys(assigned) {
+	for k := range now {
 		// Whatever we held for it is stale: another member may have
 		// committed since. It is restored when its offsets are fetched.
 		delete(p.parts, k)
@@ -1434,15 +1492,43 @@ func (p *Processor) setReady(ok bool) {
 // partitioner sends changelog records to the partition they name and keys
 // every other record by its key (Kafka's murmur2, so a key's alerts stay in
 // order on one partition, and a repartitioned key always lands on the same
-// partition of its repartition topic).
+// partition of its repartition topic), except the watermark markers of a
+// repartition topic (markers), which go to the partition they name: a
+// marker reports one source partition to every partition of the topic.
 type partitioner struct {
-	manual map[string]bool
-	def    kgo.Partitioner
+	manual  map[string]bool
+	markers map[string]bool
+	def     kgo.Partitioner
 }
 
 func (pr partitioner) ForTopic(t string) kgo.TopicPartitioner {
 	if pr.manual[t] {
 		return kgo.ManualPartitioner().ForTopic(t)
 	}
+	if pr.markers[t] {
+		return markerPartitioner{pr.def.ForTopic(t)}
+	}
 	return pr.def.ForTopic(t)
+}
+
+// markerPartitioner partitions a repartition topic: a marker (isMarker) to
+// the partition it names, every forwarded record by its key (keyed, so def
+// hashes it: its sticky choice for keyless records is never asked for).
+type markerPartitioner struct{ def kgo.TopicPartitioner }
+
+func (markerPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
+
+func (mp markerPartitioner) Partition(r *kgo.Record, n int) int {
+	if isMarker(r) {
+		return int(r.Partition)
+	}
+	return mp.def.Partition(r, n)
+}
+
+// isMarker reports whether r is a watermark marker, by the rule its
+// readers use (pipeline.IsMarker: no key, no value, the marker's source
+// header first). A forwarded record always has a key (the rule's key
+// field, which validation requires).
+func isMarker(r *kgo.Record) bool {
+	return len(r.Key) == 0 && len(r.Value) == 0 && len(r.Headers) > 0 && r.Headers[0].Key == pipeline.HeaderMarkerSource
 }

@@ -383,3 +383,37 @@ func TestShutdownCommitsTheOpenBatch(t *testing.T) {
 	kafkatest.WaitCommitted(t, seeds, cfg.GroupID, cfg.Topics.Input, want, 2*time.Second)
 	checkAgainstReference(t, seeds, cfg, log)
 }
+
+// A shutdown whose broker is gone ends within about the transaction
+// timeout instead of waiting for a broker that does not come back: the
+// open batch's lingering outputs and its commit are bounded once Run's
+// context is cancelled (the process then exits with the commit's error,
+// and the records are processed again after the restart).
+func TestShutdownWithTheBrokerGoneIsBounded(t *testing.T) {
+	c := kafkatest.Cluster(t, testPartitions, "vibration.events")
+	seeds := c.ListenAddrs()
+	cfg := testConfig(seeds, t.TempDir(), "gone")
+	cfg.CommitInterval = 50 * time.Second // the batch is open at the shutdown
+	cfg.TransactionTimeout = 2 * time.Second
+	log := pipeline.Log{}
+	recs := simRecords(6000, 2)
+	produce(t, seeds, cfg.Topics.Input, recs, log)
+	var handled atomic.Int64
+	in := start(t, cfg, Options{afterJob: func(n int) { handled.Add(int64(n)) }})
+	deadline := time.Now().Add(30 * time.Second)
+	for handled.Load() < int64(len(recs)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the processor handled %d of %d records in 30s", handled.Load(), len(recs))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Close()
+	start := time.Now()
+	in.cancel()
+	select {
+	case err := <-in.done:
+		t.Logf("Run returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(cfg.TransactionTimeout + 20*time.Second):
+		t.Fatalf("the shutdown still waits for the broker after %v", time.Since(start).Round(time.Second))
+	}
+}

@@ -429,3 +429,91 @@ func TestRepartitionRecordsPurged(t *testing.T) {
 	}
 	in.stop(t)
 }
+
+// Source partitions with nothing to forward do not hold back a
+// repartitioned rule: their forwarders report them idle with a marker to
+// every partition of the repartition topic, each marker on the partition
+// it names. Here one machine with one sensor writes to one source
+// partition, so every forwarded record lands on one repartition partition,
+// which hears of the two empty source partitions only through their
+// markers: without them it has no watermark and closes no window (the
+// markers once all went to whichever partition the sticky partitioner
+// picked).
+func TestIdleSourcePartitionsReleaseTheRepartitionedWatermark(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "idle")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", `rules:
+  - id: per-sensor
+    version: 1
+    source: vibration.events
+    key: sensor_id
+    window: {type: tumbling, size: 1m}
+    threshold: count >= 1
+    allowed_lateness: 30s
+    outputs: {alerts: per-sensor.alerts}
+`)
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := sim.Demo()
+	o.Machines, o.SensorsPerMachine, o.OutageRate, o.ClockAheadRate, o.SwapRate = 1, 1, 0, 0, 0
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, kafkatest.Records(sim.New(o), 2400), log)
+	if len(log) != 1 {
+		t.Fatalf("the records went to %d source partitions, want 1", len(log))
+	}
+	st, err := pipeline.NewRuleStage(rs[0], pipeline.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := refOutputs(st, log)
+	want := map[string]bool{}
+	for _, o := range ref {
+		if o.Kind != pipeline.Alert {
+			continue
+		}
+		a, err := alerts.Decode(o.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status == alerts.StatusClosed {
+			want[a.AlertID] = true
+		}
+	}
+	if len(want) < 5 {
+		t.Fatalf("the reference closes %d windows: the fixture proves nothing", len(want))
+	}
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	waitRepartitioned(t, seeds, cfg.GroupID, cfg.RepartitionFor(rs[0]))
+	closed := func() map[string]bool {
+		got := map[string]bool{}
+		for _, r := range readAll(t, seeds, "per-sensor.alerts") {
+			a, err := alerts.Decode(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Status == alerts.StatusClosed {
+				got[a.AlertID] = true
+			}
+		}
+		return got
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	got := closed()
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		got = closed()
+	}
+	in.stop(t)
+	for id := range want {
+		if !got[id] {
+			t.Errorf("window %s: closed in the reference, not by the processor (%d of %d closed)", id, len(got), len(want))
+			break
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d windows closed, the reference closes %d", len(got), len(want))
+	}
+}
