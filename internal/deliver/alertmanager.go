@@ -99,9 +99,15 @@ func AlertmanagerPayload(d Delivery, labels map[string]string, resolveTimeout ti
 	out := amAlert{Labels: l, Annotations: ann, StartsAt: alerts.FormatTime(a.Start)}
 	switch a.Status {
 	case alerts.StatusClosed, alerts.StatusMerged:
-		end := min(a.End, now.UnixMilli())
-		end = max(end, a.Start)
-		out.EndsAt = alerts.FormatTime(end)
+		// Resolved at once even when event time runs ahead of the clock:
+		// endsAt at most now, and at least startsAt, which is then moved
+		// back to now as well (Alertmanager refuses endsAt < startsAt).
+		nowMs := now.UnixMilli()
+		start := min(a.Start, nowMs)
+		if start != a.Start {
+			out.StartsAt = alerts.FormatTime(start)
+		}
+		out.EndsAt = alerts.FormatTime(max(min(a.End, nowMs), start))
 		if a.Status == alerts.StatusMerged {
 			ann["merged_into"] = a.MergedInto
 		}

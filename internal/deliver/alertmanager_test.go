@@ -104,3 +104,39 @@ func TestAlertmanagerSendPostsToAPIv2(t *testing.T) {
 		t.Errorf("got %s %q %q %s", r.path, r.ctype, r.key, r.body)
 	}
 }
+
+// A closed alert resolves at once even when its whole incident lies ahead
+// of the clock (a device clock ahead, within max_future_skew): endsAt at
+// most now, and startsAt moved back to now too, since Alertmanager refuses
+// endsAt before startsAt. (endsAt was once clamped up to startsAt, in the
+// future, so the alert kept firing until then.)
+func TestClosedAlertAheadOfTheClockResolvesNow(t *testing.T) {
+	value, err := os.ReadFile(filepath.Join("testdata", "alert_closed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDelivery(Record{Key: []byte("M-7"), Value: value})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(d.Alert.Start).Add(-time.Minute).UTC()
+	body, err := AlertmanagerPayload(d, nil, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []struct {
+		StartsAt string `json:"startsAt"`
+		EndsAt   string `json:"endsAt"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatal(err)
+	}
+	starts, err1 := time.Parse(time.RFC3339Nano, out[0].StartsAt)
+	ends, err2 := time.Parse(time.RFC3339Nano, out[0].EndsAt)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if !ends.Equal(now) || !starts.Equal(now) {
+		t.Fatalf("closed alert with its incident a minute ahead of the clock: startsAt %s endsAt %s, want both now (%s)", starts, ends, now)
+	}
+}

@@ -189,3 +189,73 @@ func TestOutageFiveMinutesVirtualTime(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryAfterOutageNeverDeadLetters: a receiver down for maintenance
+// answers every request 503 with Retry-After: 3600 for two hours (virtual
+// time). The lane honours the Retry-After (up to retry.max, here 1h), and
+// the revisions wait: a Retry-After counts towards retry.max_elapsed only
+// as much as the backoff would have, so the long waits of an outage never
+// exhaust a revision's budget (they once dead-lettered it after its first
+// attempt, the breaker still closed). Then every revision is delivered.
+func TestRetryAfterOutageNeverDeadLetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		const outage = 2 * time.Hour
+		pn := newPipeNet()
+		var (
+			mu       sync.Mutex
+			accepted int
+			refused  int
+		)
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			if time.Since(start) < outage {
+				refused++
+				w.Header().Set("Retry-After", "3600")
+				http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+				return
+			}
+			accepted++
+		})}
+		go srv.Serve(pn)
+		tr := &http.Transport{DialContext: pn.DialContext}
+		cfg := Default()
+		cfg.Sinks = []SinkConfig{{Type: TypeWebhook, Name: "hook", URL: "http://receiver/hook", Timeout: 10 * time.Second}}
+		cfg.Retry.Max = time.Hour
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("the configuration must be valid: %v", err)
+		}
+		sinks, err := NewSinks(cfg.Sinks, SinkOptions{Client: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := testRunners(t, cfg.Retry, cfg.Breaker, sinks...)
+		var dlq dlqLog
+		ctx, cancel := context.WithCancel(context.Background())
+		p := newPartition("vibration.alerts", 0, rs, dlq.write, nil)
+		var wg sync.WaitGroup
+		wg.Go(func() { p.run(ctx) })
+		const n = 3
+		p.push(alertRecords(t, 0, "M-1", n, 1)...)
+		for time.Since(start) < 4*outage {
+			if off, _, ok := p.commitPos(); ok && off == n {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		cancel()
+		wg.Wait()
+		srv.Close()
+		tr.CloseIdleConnections()
+		mu.Lock()
+		defer mu.Unlock()
+		if dls := dlq.all(); len(dls) > 0 {
+			t.Fatalf("the outage dead-lettered %d revisions: reason %s after %d attempts: %s", len(dls), dls[0].Reason, dls[0].Attempts, dls[0].Detail)
+		}
+		if accepted != n {
+			t.Fatalf("%d revisions accepted after the outage, want %d (%d refused)", accepted, n, refused)
+		}
+		t.Logf("%d requests refused during the %s outage; all delivered %s after it began", refused, outage, time.Since(start).Round(time.Second))
+	})
+}

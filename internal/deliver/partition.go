@@ -67,6 +67,16 @@ func (p *partition) setHWM(o int64) {
 	p.mu.Unlock()
 }
 
+// startAt records off, where consuming starts, as the finished position
+// of a partition that has finished nothing yet (pinStart).
+func (p *partition) startAt(off int64) {
+	p.mu.Lock()
+	if p.mu.done < 0 && len(p.mu.buf) == 0 {
+		p.mu.done = off
+	}
+	p.mu.Unlock()
+}
+
 // commitPos returns the offset to commit (one past the last record every
 // lane finished) and its leader epoch; ok is false when nothing finished.
 func (p *partition) commitPos() (offset int64, epoch int32, ok bool) {

@@ -120,12 +120,19 @@ func (s *sinkRunner) deliver(ctx context.Context, d Delivery) (attemptResult, er
 		}
 		counted++
 		spent += took
-		delay := s.retry.Backoff(counted, s.clk.rand)
+		backoff := s.retry.Backoff(counted, s.clk.rand)
+		delay := backoff
 		var se *SendError
 		if errors.As(err, &se) && se.RetryAfter > delay {
 			delay = min(se.RetryAfter, s.retry.Max)
 		}
-		if counted >= s.retry.MaxAttempts || (s.retry.MaxElapsed > 0 && spent+delay > s.retry.MaxElapsed) {
+		// Only the backoff counts towards retry.max_elapsed, not a longer
+		// Retry-After: the receiver asked for that wait (a maintenance
+		// page answering 503 with Retry-After: 3600 is an outage), and
+		// the configuration guarantees that breaker.failures attempts with
+		// their backoff fit in max_elapsed, so that an outage opens the
+		// breaker before a revision runs out of budget (outageBudget).
+		if counted >= s.retry.MaxAttempts || (s.retry.MaxElapsed > 0 && spent+backoff > s.retry.MaxElapsed) {
 			res.reason = ReasonRetriesExhausted
 			res.detail = fmt.Sprintf("%d counted failures (of %d attempts) over %s counted time: last: %v",
 				counted, res.attempts, spent.Round(time.Millisecond), err)
@@ -134,7 +141,7 @@ func (s *sinkRunner) deliver(ctx context.Context, d Delivery) (attemptResult, er
 		if err := s.clk.sleep(ctx, delay); err != nil {
 			return res, err
 		}
-		spent += delay
+		spent += backoff
 	}
 }
 

@@ -152,6 +152,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(s.cfg.InstanceID))
 	}
+	if s.cfg.StartFrom == StartLatest {
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(s.pinStart))
+	}
 	// Partitions outlive ctx: a stop lets in-flight attempts finish, then
 	// commits (two-phase shutdown). Set before the client can call back.
 	s.base = context.WithoutCancel(ctx)
@@ -366,6 +369,45 @@ func (s *Service) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 	if len(ids) > 0 {
 		s.log.Info("deliver: partitions assigned", "topic", s.cfg.Topics.Alerts, "partitions", ids)
 	}
+}
+
+// pinStart fixes where a partition without a committed offset starts under
+// start_from: latest: at the alerts topic's last stable offset as listed
+// now, which is also the partition's first finished position, committed
+// with the next commit. Without it a partition that finished nothing
+// before a stop (no alert came, or the receiver was down) had no commit
+// and started at the end again after the restart, skipping every revision
+// written meanwhile, although the group had joined before them.
+func (s *Service) pinStart(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	var fresh []int32
+	for id, o := range offsets[s.cfg.Topics.Alerts] {
+		if o.EpochOffset().Offset < 0 { // the reset offset: no commit
+			fresh = append(fresh, id)
+		}
+	}
+	if len(fresh) == 0 {
+		return offsets, nil
+	}
+	listed, err := kadm.NewClient(s.cl).ListCommittedOffsets(ctx, s.cfg.Topics.Alerts)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deliver: the end of %s for start_from latest: %w", s.cfg.Topics.Alerts, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range fresh {
+		lo, ok := listed.Lookup(s.cfg.Topics.Alerts, id)
+		if !ok {
+			return nil, fmt.Errorf("deliver: the end of %s/%d for start_from latest: not listed", s.cfg.Topics.Alerts, id)
+		}
+		offsets[s.cfg.Topics.Alerts][id] = kgo.NewOffset().At(lo.Offset).WithEpoch(-1)
+		if rp := s.parts[id]; rp != nil {
+			rp.p.startAt(lo.Offset)
+		}
+	}
+	return offsets, nil
 }
 
 // onRevoked stops the revoked partitions' lanes (in-flight attempts
