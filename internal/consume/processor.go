@@ -1095,12 +1095,11 @@ func (p *Processor) purgeRepartitions(ctx context.Context) {
 }
 
 // meta is the commit metadata of the partition's input offset: the
-// changelog position of every rule that reads it ("v1 cl=<n>" when one rule
-// does, as before several rules existed).
+// changelog position of every rule that reads it, by rule namespace ("v2"),
+// also when one rule does: "v1 cl=<n>", which older versions wrote for a
+// single rule, does not say whose position it is, so a version change
+// would read it as the new version's (restored into the wrong changelog).
 func (pt *part) meta() string {
-	if len(pt.rs) == 1 {
-		return txn.EncodeMeta(pt.rs[0].nextTarget())
-	}
 	pos := make(map[string]int64, len(pt.rs))
 	for _, rp := range pt.rs {
 		pos[rp.t.ns] = rp.nextTarget()
@@ -1374,11 +1373,34 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			var target int64
 			var fromScratch bool
 			n, has := pos[t.ns]
+			if !has && v1ok && len(src.tasks) == 1 {
+				// Written by an older version for the one rule it ran:
+				// this rule's only if its changelog holds the position
+				// (else it is another version's: below).
+				n, has = v1, true
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				if v1 > end {
+					p.log.Warn("consume: committed offset carries a v1 changelog position beyond this rule's changelog: it is another rule version's",
+						"topic", k.topic, "partition", k.id, "rule", t.ns, "position", v1, "changelog_end", end)
+					has = false
+				}
+			}
 			switch {
 			case has:
 				target = n
-			case v1ok && len(src.tasks) == 1:
-				target = v1
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				if target > end {
+					// Waiting would hang the member for ever: the
+					// changelog no longer holds what was committed.
+					return p.fail(fmt.Errorf("%w: rule %s, partition %s/%d: the committed offset's state is at changelog position %d, but %s/%d ends at %d: the changelog topic was deleted, recreated or truncated; restore it, or bump the rule's version and replay (docs/RUNBOOK.md, \"Replay after a rule change\")",
+						errFatal, t.ns, k.topic, k.id, target, t.cl, k.id, end))
+				}
 			case committed:
 				end, err := t.restore.end(ctx, k.id)
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
+	"github.com/vibeline/processor/internal/txn"
 )
 
 // These tests run the whole processor against franz-go's in-process Kafka
@@ -415,5 +417,96 @@ func TestShutdownWithTheBrokerGoneIsBounded(t *testing.T) {
 		t.Logf("Run returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	case <-time.After(cfg.TransactionTimeout + 20*time.Second):
 		t.Fatalf("the shutdown still waits for the broker after %v", time.Since(start).Round(time.Second))
+	}
+}
+
+// commitWithMeta commits offset 0 of every partition of topic for group,
+// with commit metadata meta, as if a processor had committed it.
+func commitWithMeta(t *testing.T, seeds []string, group, topic string, meta string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var os kadm.Offsets
+	for p := int32(0); p < testPartitions; p++ {
+		os.Add(kadm.Offset{Topic: topic, Partition: p, At: 0, LeaderEpoch: -1, Metadata: meta})
+	}
+	resp, err := kadm.NewClient(cl).CommitOffsets(context.Background(), group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rule whose version changed without `processor replay` starts from the
+// group's offsets with empty state, also when it is the only rule of its
+// source: the committed changelog position names the rule version it
+// belongs to (v2 metadata). (With the unnamed "v1 cl=<n>" once written for
+// a single rule, the new version took the old one's position as its own
+// and waited for ever for its empty changelog to reach it.)
+func TestVersionBumpWithoutReplayStartsFromTheGroupsOffsets(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "bump")
+	log := pipeline.Log{}
+	recs := simRecords(4000, 7)
+	produce(t, seeds, cfg.Topics.Input, recs[:2000], log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	cfg2 := cfg
+	cfg2.Rule.Version = 2
+	produce(t, seeds, cfg.Topics.Input, recs[2000:], log)
+	in2 := start(t, cfg2, Options{})
+	waitConsumed(t, seeds, cfg2, log)
+	in2.stop(t)
+	var v2 int64
+	for _, a := range latestAccounting(t, seeds, cfg2) {
+		v2 += a.Records
+	}
+	if v2 != 2000 {
+		t.Errorf("version 2 counted %d records, want the 2000 after the group's offsets", v2)
+	}
+}
+
+// An older version's "v1 cl=<n>" of one rule is read as the rule's only if
+// its changelog holds that position: one beyond it is another version's,
+// and the rule starts from the group's offsets (a warning), never waiting.
+func TestLegacyV1PositionBeyondTheChangelogIsAnotherVersions(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "legacy")
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, simRecords(12_000, 1), log)
+	commitWithMeta(t, seeds, cfg.GroupID, cfg.Topics.Input, "v1 cl=5000")
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	checkAgainstReference(t, seeds, cfg, log)
+}
+
+// A committed changelog position that the rule's changelog does not reach
+// (the topic deleted and recreated, or truncated) stops the processor with
+// the reason, instead of waiting for ever for records that will not come.
+func TestChangelogBehindTheCommittedPositionFails(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "behind")
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, seeds, cfg.Topics.Input, simRecords(300, 9), pipeline.Log{})
+	commitWithMeta(t, seeds, cfg.GroupID, cfg.Topics.Input, txn.EncodePositions(map[string]int64{rs[0].Rule.ID + ".v1": 5000}))
+	in := start(t, cfg, Options{})
+	select {
+	case err := <-in.done:
+		if err == nil || !strings.Contains(err.Error(), "deleted, recreated or truncated") {
+			t.Fatalf("Run returned %v, want the changelog named as behind", err)
+		}
+	case <-time.After(30 * time.Second):
+		in.cancel()
+		t.Fatal("the processor still waits for its changelog after 30s")
 	}
 }

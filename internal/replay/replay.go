@@ -69,11 +69,9 @@ type Plan struct {
 }
 
 // emptyState is the commit metadata of empty state for the rules (by
-// namespace) that read a topic in place: as the processor writes it.
+// namespace) that read a topic in place: as the processor writes it (v2,
+// also for one rule).
 func emptyState(ns []string) string {
-	if len(ns) == 1 {
-		return txn.EncodeMeta(0)
-	}
 	pos := make(map[string]int64, len(ns))
 	for _, n := range ns {
 		pos[n] = 0
