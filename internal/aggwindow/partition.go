@@ -21,6 +21,7 @@ type Partition struct {
 	due  dueQueue // every live window, by (a lower bound of) its end
 
 	delayMs int64 // D: cfg.DelayMs unless SetDelayMs changed it
+	hold    bool  // SetHold: records move no watermark
 
 	dirtyKeys  []string // keys whose key entry changed; may hold repeats, Dirty sorts and compacts
 	dirtyPanes []*pane  // panes changed or dropped, each once (pane.dirty)
@@ -95,6 +96,14 @@ func (p *Partition) SetDelayMs(d int64) error {
 	return nil
 }
 
+// SetHold makes Process move no watermark from the next record on (hold
+// true), as an infinite delay would, until SetHold(false): for a caller
+// that has no watermark to give yet (a repartitioned rule before every
+// source partition was heard of, docs/RULES.md). Like the delay it is not
+// part of the encoded state: such a caller sets it before every Process.
+// Advance is not affected.
+func (p *Partition) SetHold(hold bool) { p.hold = hold }
+
 // Watermark returns the partition watermark W (NoWatermark before any
 // record).
 func (p *Partition) Watermark() int64 { return p.wm }
@@ -129,7 +138,7 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 		res.Outcome = Processed
 		res.Revisions = p.apply(&ev, w)
 	}
-	if nw := ev.TS - p.delayMs; nw > p.wm { // no overflow: see the bounds
+	if nw := ev.TS - p.delayMs; nw > p.wm && !p.hold { // no overflow: see the bounds
 		p.wm = nw
 		p.dirtyMeta = true
 	}

@@ -262,12 +262,16 @@ func (w *Partition) alignDelay(src int32, ts, d int64) {
 		st.idle = false
 		w.src[src], w.extraDirty = st, true
 	}
-	eff := aggwindow.MaxDurationMs // W stays
-	if target, ok := w.alignTarget(d); ok {
-		// W moves to max(W, ts - eff): eff = ts - target gives target.
-		eff = ts - target
+	target, ok := w.alignTarget(d)
+	if w.slide != nil {
+		w.slide.SetHold(!ok) // no watermark yet: W stays (NoWatermark at first)
+	} else {
+		w.agg.SetHold(!ok)
 	}
-	w.setDelay(eff)
+	if ok {
+		// W moves to max(W, ts - eff): eff = ts - target gives target.
+		w.setDelay(ts - target)
+	}
 }
 
 // marker applies a forwarder's report on one source partition (largest

@@ -228,8 +228,10 @@ func restrict(root ast.Node) (ast.Node, string) {
 					switch e.(type) {
 					case *ast.IntegerNode, *ast.FloatNode, *ast.StringNode, *ast.BoolNode:
 					default:
-						bad, msg = e, "a list after `in` may hold only literals"
-						return
+						if _, _, ok := numericLiteral(e); !ok { // a negative number is a literal too
+							bad, msg = e, "a list after `in` may hold only literals"
+							return
+						}
 					}
 				}
 			case "matches":

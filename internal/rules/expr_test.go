@@ -290,3 +290,43 @@ func TestThresholdUsesCount(t *testing.T) {
 		}
 	}
 }
+
+// Edge cases of the fast path against expr's VM: integers beyond 2^53 in
+// `in` lists that also hold floats (compared exactly, as the VM does, not
+// as floats), negative literals in lists (a unary minus in expr's tree:
+// accepted as literals), -0, overflow and division by zero.
+func TestFastPathMatchesVMOnEdgeCases(t *testing.T) {
+	srcs := []string{
+		`value in [-3.25]`, `ts in [-2]`, `value in [1]`, `ts in [1.0]`, `ts in [9007199254740993, 1.5]`,
+		`ts in [-2, 2.5]`, `seq / 0 > 1`, `-ts < 0`, `value == -0.0`, `1 / value < 0`, `ts + 1 > ts`,
+		`ts * 2 > 0`, `value ** 0.5 > 1`, `seq ** 2 > 3`, `ts > 9007199254740993.0`, `ts == 9007199254740993`,
+		`seq == ts`, `quality < "h"`, `not (value in [7.1])`, `value not in [7.1, 2]`,
+	}
+	evs := []Event{
+		{Value: 7.1, TS: 9007199254740992, Seq: 3},
+		{Value: math.Copysign(0, -1), TS: -2, Seq: 0},
+		{Value: 1, TS: 1, Seq: 1},
+		{Value: -3.25, TS: math.MaxInt64, Seq: math.MinInt64},
+		{Value: 0, TS: 9007199254740993, Seq: 9007199254740993, Quality: "good"},
+	}
+	for _, src := range srcs {
+		p, err := compileExpr(src, eventFields)
+		if err != nil {
+			if strings.Contains(src, " in [") {
+				t.Errorf("%s: %v", src, err)
+			}
+			continue
+		}
+		if p.fast == nil {
+			continue
+		}
+		vm := &evaluator[Event]{p: &program[Event]{src: src, vm: p.vm}}
+		for _, ev := range evs {
+			want, err := vm.eval(&ev)
+			got, _ := (&evaluator[Event]{p: p}).eval(&ev)
+			if err != nil || got != want {
+				t.Errorf("%s on ts=%d seq=%d value=%v: fast path %v, VM %v (%v)", src, ev.TS, ev.Seq, ev.Value, got, want, err)
+			}
+		}
+	}
+}

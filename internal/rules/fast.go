@@ -391,35 +391,61 @@ func fastIn[E any](l fx[E], right ast.Node) (fx[E], bool) {
 		a := l.s
 		return fx[E]{k: kBool, b: func(e *E) bool { return slices.Contains(set, a(e)) }}, true
 	case l.numeric():
+		// As expr compares: an integer x with an integer literal exactly,
+		// with a float literal as float64(x); a float x as a float.
 		var ints []int64
 		var floats []float64
-		allInt := l.k == kInt
 		for _, n := range arr.Nodes {
-			switch v := n.(type) {
-			case *ast.IntegerNode:
-				ints = append(ints, int64(v.Value))
-				floats = append(floats, float64(v.Value))
-			case *ast.FloatNode:
-				allInt = false
-				floats = append(floats, v.Value)
-			default:
+			lit, isInt, ok := numericLiteral(n)
+			if !ok {
 				return fx[E]{}, false
 			}
+			switch {
+			case isInt && l.k == kInt:
+				ints = append(ints, lit.i)
+			case isInt:
+				floats = append(floats, float64(lit.i))
+			default:
+				floats = append(floats, lit.f)
+			}
 		}
-		if allInt {
+		if l.k == kInt {
 			a := l.i
-			return fx[E]{k: kBool, b: func(e *E) bool { return slices.Contains(ints, a(e)) }}, true
+			return fx[E]{k: kBool, b: func(e *E) bool {
+				x := a(e)
+				return slices.Contains(ints, x) || (len(floats) > 0 && slices.Contains(floats, float64(x)))
+			}}, true
 		}
 		a := l.float()
-		return fx[E]{k: kBool, b: func(e *E) bool {
-			x := a(e)
-			for _, y := range floats {
-				if x == y {
-					return true
-				}
-			}
-			return false
-		}}, true
+		return fx[E]{k: kBool, b: func(e *E) bool { return slices.Contains(floats, a(e)) }}, true
 	}
 	return fx[E]{}, false
+}
+
+// numLit is a numeric literal: i when it is an integer, else f.
+type numLit struct {
+	i int64
+	f float64
+}
+
+// numericLiteral reads an integer or float literal, possibly negated
+// (`-3.25` is a unary minus over a literal in expr's tree).
+func numericLiteral(n ast.Node) (lit numLit, isInt, ok bool) {
+	neg := false
+	if u, isU := n.(*ast.UnaryNode); isU && u.Operator == "-" {
+		neg, n = true, u.Node
+	}
+	switch v := n.(type) {
+	case *ast.IntegerNode:
+		if neg {
+			return numLit{i: -int64(v.Value)}, true, true
+		}
+		return numLit{i: int64(v.Value)}, true, true
+	case *ast.FloatNode:
+		if neg {
+			return numLit{f: -v.Value}, false, true
+		}
+		return numLit{f: v.Value}, false, true
+	}
+	return numLit{}, false, false
 }

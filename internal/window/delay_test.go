@@ -159,3 +159,30 @@ func TestSetDelayMsInvalid(t *testing.T) {
 		t.Fatalf("W = %d, want %d", p.Watermark(), want)
 	}
 }
+
+// TestSetHold: while held, records move no watermark (from NoWatermark
+// too), nothing closes and nothing is too late; released, the next record
+// moves it by the delay as usual.
+func TestSetHold(t *testing.T) {
+	cfg := vibration()
+	p := mustPartition(t, cfg)
+	p.SetHold(true)
+	var revs []Revision
+	for i, ts := range []int64{1_000_000, 1_001_000, 1_002_000, 10_000_000, 0} {
+		res := p.Process(Event{Key: "m", EventID: string(rune('a' + i)), TS: ts, Value: 9}, true)
+		if res.Outcome == TooLate || p.Watermark() != NoWatermark {
+			t.Fatalf("held, record %d (ts %d): outcome %s, W %d; want applied and no watermark", i, ts, res.Outcome, p.Watermark())
+		}
+		revs = append(revs, res.Revisions...)
+	}
+	for _, r := range revs {
+		if r.Status == Closed {
+			t.Fatalf("held: closed %+v", r)
+		}
+	}
+	p.SetHold(false)
+	p.Process(Event{Key: "m", EventID: "z", TS: 20_000_000, Value: 1}, true)
+	if want := 20_000_000 - cfg.DelayMs; p.Watermark() != want {
+		t.Fatalf("released: W %d, want %d", p.Watermark(), want)
+	}
+}

@@ -12,6 +12,7 @@ type Partition struct {
 	cfg     Config
 	wm      int64
 	delayMs int64 // D of step 6: cfg.DelayMs unless SetDelayMs changed it
+	hold    bool  // SetHold: step 6 moves nothing
 
 	keys   map[string]*keyState
 	open   openIndex  // every open incident of the partition, by (end, alert_id)
@@ -55,6 +56,13 @@ func (p *Partition) SetDelayMs(d int64) error {
 	return nil
 }
 
+// SetHold makes step 6 move nothing from the next record on (hold true),
+// as an infinite delay would, until SetHold(false): for a caller that has
+// no watermark to give yet (a repartitioned rule before every source
+// partition was heard of, docs/RULES.md). Like the delay it is not part of
+// the encoded state: such a caller sets it before every Process.
+func (p *Partition) SetHold(hold bool) { p.hold = hold }
+
 // Watermark returns the partition watermark W (NoWatermark before any
 // event).
 func (p *Partition) Watermark() int64 { return p.wm }
@@ -75,7 +83,7 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 		res.Outcome, res.Revisions = p.qualifying(&ev, w)
 	}
 	// Step 6: W = max(W, ts - D).
-	if nw := subSat(ev.TS, p.delayMs); nw > p.wm {
+	if nw := subSat(ev.TS, p.delayMs); nw > p.wm && !p.hold {
 		p.wm = nw
 		p.dirtyMeta = true
 	}
