@@ -83,6 +83,9 @@ type rulePart struct {
 	target int64 // committed changelog position (next offset)
 	acct   pipeline.Accounting
 	hashOK bool // the committed state carries the rule's hash
+	// tombstones are changelog keys of an earlier history, deleted by the
+	// first commit of a partition started from scratch (restorePartition).
+	tombstones [][]byte
 
 	// Of the open batch:
 	lastCL    *kgo.Record         // last changelog record produced in this batch
@@ -197,12 +200,16 @@ type clEntry struct {
 }
 
 // changelogEntries sweeps the state of every rule of the partition and
-// returns what the batch changed, in order: per rule its dirty key entries,
-// then the meta, extra, hash and accounting records. It touches only this
+// returns what the batch changed, in order: per rule the tombstones of an
+// earlier history (the first batch after a start from scratch), its dirty
+// key entries, then the meta, extra, hash and accounting records. It touches only this
 // partition's state, so partitions are encoded in parallel.
 func (pt *part) changelogEntries() ([]clEntry, error) {
 	var out []clEntry
 	for _, rp := range pt.rs {
+		for _, k := range rp.tombstones { // before the entries that may rewrite them
+			out = append(out, clEntry{rp, k, nil})
+		}
 		rp.win.Sweep()
 		names, meta := rp.win.Dirty()
 		for _, k := range names {

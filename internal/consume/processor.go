@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -969,6 +970,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			rp.acct = rp.batchAcct
 			rp.lastCL = nil
 			rp.hashOK = true
+			rp.tombstones = nil
 			rp.win.ClearDirty()
 		}
 		pt.touched = false
@@ -1216,6 +1218,9 @@ func (p *Processor) reloadAll() error {
 			return err
 		}
 		n.endOffset, n.fwd, n.committedFwd = pt.endOffset, pt.committedFwd, pt.committedFwd
+		for i, rp := range n.rs {
+			rp.tombstones = pt.rs[i].tombstones // not committed yet
+		}
 		p.parts[k] = n
 	}
 	p.batch = p.batch[:0]
@@ -1369,6 +1374,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		}
 		start := p.now()
 		p.board.update(k, func(ps *PartitionStatus) { ps.Restore = "restoring" })
+		scratch := map[*task][][]byte{} // changelog keys to delete at the first commit
 		for _, t := range src.tasks {
 			var target int64
 			var fromScratch bool
@@ -1418,9 +1424,11 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				}
 				target, fromScratch = end, true
 			}
-			if err := p.restorePartition(ctx, t, k.id, target, fromScratch); err != nil {
+			old, err := p.restorePartition(ctx, t, k.id, target, fromScratch)
+			if err != nil {
 				return p.fail(err)
 			}
+			scratch[t] = old
 		}
 		pt, err := loadPart(src, k)
 		if err != nil {
@@ -1428,6 +1436,9 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			// to another definition of the rule) stays so; retrying would
 			// hang. Stop with the reason.
 			return p.fail(fmt.Errorf("%w: %w", errFatal, err))
+		}
+		for _, rp := range pt.rs {
+			rp.tombstones = scratch[rp.t]
 		}
 		if len(src.forwards) > 0 {
 			// Whether it is caught up (idle) is known before any fetch.
@@ -1479,29 +1490,55 @@ func (p *Processor) fail(err error) error {
 // restorePartition brings a rule's local state of partition id to the
 // changelog position target: from scratch (empty state at target), or by
 // reading the changelog from the local checkpoint.
-func (p *Processor) restorePartition(ctx context.Context, t *task, id int32, target int64, fromScratch bool) error {
+//
+// From scratch, the changelog below target is an earlier history (the
+// group's offsets expired or were deleted, the changelog kept): it returns
+// the keys live at target, which the partition's first commit deletes
+// (tombstones before its own entries). Otherwise a later restore that
+// starts below target (local state lost, or another replica's older
+// checkpoint) would bring back whatever the new history never rewrote.
+func (p *Processor) restorePartition(ctx context.Context, t *task, id int32, target int64, fromScratch bool) ([][]byte, error) {
 	p.met.Restoring.Inc()
 	defer p.met.Restoring.Dec()
 	start := p.now()
 	if fromScratch {
+		var old [][]byte
+		if target > 0 {
+			live := map[string]bool{}
+			err := t.restore.Read(ctx, id, 0, target, func(rec state.ChangelogRecord) error {
+				live[string(rec.Key)] = rec.Value != nil
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			for k, ok := range live {
+				if ok {
+					old = append(old, []byte(k))
+				}
+			}
+			slices.SortFunc(old, bytes.Compare)
+			p.log.Warn("consume: no committed offset, but the changelog has an earlier history: starting from empty state, its keys deleted at the first commit",
+				"rule", t.ns, "partition", id, "changelog_end", target, "keys", len(old))
+		}
 		if err := t.store.Drop(id); err != nil {
-			return err
+			return nil, err
 		}
 		b := t.store.NewBatch()
 		if err := b.SetCheckpoint(id, target); err != nil {
 			b.Discard()
-			return err
+			return nil, err
 		}
-		return b.Commit()
+		return old, b.Commit()
 	}
 	st, err := t.store.Restore(ctx, id, target, t.restore)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.met.RestoredRecords.Add(float64(st.Records))
 	p.log.Info("consume: partition restored", "rule", t.ns, "partition", id, "from", st.From, "to", st.To,
 		"records", st.Records, "full", st.Full, "duration", p.now().Sub(start))
-	return nil
+	return nil, nil
 }
 
 func (p *Processor) setReady(ok bool) {

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/pipeline"
@@ -508,5 +509,105 @@ func TestChangelogBehindTheCommittedPositionFails(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		in.cancel()
 		t.Fatal("the processor still waits for its changelog after 30s")
+	}
+}
+
+// produceMachine writes events of machine m at the given seconds after
+// base to partition 0 of topic, value 9 (high vibration).
+func produceMachine(t *testing.T, seeds []string, topic, m string, base time.Time, secs ...int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var rs []*kgo.Record
+	for i, s := range secs {
+		ts := base.Add(time.Duration(s) * time.Second)
+		v := fmt.Sprintf(`{"event_id":"%s-%d","machine_id":%q,"sensor_id":"%s-s1","ts":%d,"seq":%d,"value":9,"unit":"mm/s","schema_version":1,"quality":"good"}`,
+			m, s, m, m, ts.UnixMilli(), i)
+		rs = append(rs, &kgo.Record{Topic: topic, Partition: 0, Key: []byte(m), Value: []byte(v), Timestamp: ts})
+	}
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A start from scratch (no committed offset) over a changelog that holds
+// an earlier history (the group's offsets expired or were deleted, the
+// changelog kept) deletes that history's keys in its first commit: a later
+// restore from the changelog's start (local state lost) gives the same
+// state as the replica that kept it. (Before, the old history's open
+// incident came back in the full restore and was closed, an alert revision
+// the run that kept its state never emitted.)
+func TestScratchStartDeletesTheEarlierHistory(t *testing.T) {
+	for _, wipe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wipe=%v", wipe), func(t *testing.T) {
+			seeds := newCluster(t)
+			cfg := testConfig(seeds, t.TempDir(), "scratch")
+			in := cfg.Topics.Input
+			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			adm := kadm.NewClient(cl)
+			end := func() int64 {
+				ends, err := adm.ListEndOffsets(context.Background(), in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o, _ := ends.Lookup(in, 0)
+				return o.Offset
+			}
+			runToEnd := func() {
+				t.Helper()
+				p := start(t, cfg, Options{})
+				kafkatest.WaitCommitted(t, seeds, cfg.GroupID, in, map[int32]int64{0: end()}, 30*time.Second)
+				p.stop(t)
+			}
+			// History 1: m-old opens an incident.
+			produceMachine(t, seeds, in, "m-old", base, 0, 10, 20)
+			runToEnd()
+			// The group's offsets go (deleted here; expired in life), and
+			// the old input with them (retention).
+			if _, err := adm.DeleteGroup(context.Background(), cfg.GroupID); err != nil {
+				t.Fatal(err)
+			}
+			var del kadm.Offsets
+			del.Add(kadm.Offset{Topic: in, Partition: 0, At: end(), LeaderEpoch: -1})
+			if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
+				t.Fatal(err, resp.Error())
+			}
+			// History 2, from scratch: m-new only.
+			produceMachine(t, seeds, in, "m-new", base, 3600, 3610)
+			runToEnd()
+			if wipe {
+				if err := os.RemoveAll(cfg.StateDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// An hour later everything of history 2's past closes.
+			produceMachine(t, seeds, in, "m-new", base, 7200, 7210)
+			runToEnd()
+			opened := false
+			for _, r := range readAll(t, seeds, cfg.Topics.Alerts) {
+				a, err := alerts.Decode(r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a.MachineID != "m-old" {
+					continue
+				}
+				if a.Status != alerts.StatusOpen {
+					t.Fatalf("m-old's incident of the earlier history got revision %d %s after the start from scratch: its state came back", a.Revision, a.Status)
+				}
+				opened = true
+			}
+			if !opened {
+				t.Fatal("no m-old alert in the earlier history: the fixture proves nothing")
+			}
+		})
 	}
 }
