@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -610,4 +611,41 @@ func TestScratchStartDeletesTheEarlierHistory(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A record that fails validation and is too large to be dead-lettered
+// whole (its value near the producer's 1 MB limit, plus the letter's
+// headers) is dead-lettered without its value, saying so, instead of
+// failing every retry of its batch: the partition goes on.
+func TestHugePoisonRecordIsDeadLetteredWithoutItsValue(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "huge")
+	log := pipeline.Log{}
+	recs := simRecords(12_000, 1)
+	huge := recs[1000]
+	huge.Value = bytes.Repeat([]byte("x"), 999_900) // not JSON: decode_error
+	recs[1000] = huge
+	produce(t, seeds, cfg.Topics.Input, recs, log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	found := false
+	for _, r := range readAll(t, seeds, cfg.Topics.DLQ) {
+		hs := map[string]string{}
+		for _, h := range r.Headers {
+			hs[h.Key] = string(h.Value)
+		}
+		if hs[pipeline.HeaderOmitted] == "" {
+			continue
+		}
+		found = true
+		if hs[pipeline.HeaderOmitted] != "value" || r.Value != nil || string(r.Key) != string(huge.Key) ||
+			hs[pipeline.HeaderErrorReason] != "decode_error" || hs[pipeline.HeaderOriginalBytes] == "" {
+			t.Errorf("dead letter of the huge record: key %q, %d value bytes, headers %v", r.Key, len(r.Value), hs)
+		}
+	}
+	if !found {
+		t.Fatal("no dead letter without its value")
+	}
+	checkAgainstReference(t, seeds, cfg, log)
 }

@@ -35,6 +35,8 @@ var processorHeaders = []string{
 	pipeline.HeaderSourcePartition,
 	pipeline.HeaderSourceOffset,
 	pipeline.HeaderSourceTimestamp,
+	pipeline.HeaderOmitted,
+	pipeline.HeaderOriginalBytes,
 }
 
 // Letter is one dead letter, decoded.
@@ -64,6 +66,12 @@ type Letter struct {
 	// ReplayedFrom is the dlq.replayed.from of a record that was replayed
 	// before and failed again; "" otherwise.
 	ReplayedFrom string
+
+	// Omitted is what the processor left out of a letter too large to be
+	// written whole (pipeline.HeaderOmitted: "value", ...); "" otherwise.
+	// Such a letter cannot be replayed: the original is in the input topic
+	// at its source offset.
+	Omitted string
 }
 
 // Parse decodes a dead-letter record. It never fails: a record without the
@@ -93,6 +101,7 @@ func Parse(r *kgo.Record) Letter {
 			l.ReplayedFrom = string(h.Value)
 		}
 	}
+	l.Omitted = val[pipeline.HeaderOmitted]
 	l.Reason = val[pipeline.HeaderErrorReason]
 	l.Detail = val[pipeline.HeaderErrorDetail]
 	p, errP := strconv.ParseInt(val[pipeline.HeaderSourcePartition], 10, 32)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/pipeline"
 )
 
 func TestExcerpt(t *testing.T) {
@@ -164,3 +165,21 @@ func headerList(r *kgo.Record) []string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A letter the processor wrote without its value (too large) says so: Parse
+// reads what was left out (the header is the processor's, not an original
+// one), and such a letter is never replayed.
+func TestParseOmittedLetter(t *testing.T) {
+	cfg := config.Default()
+	rec := letter{reason: "too_large", partition: 0, offset: 3, key: "M-1"}.record(cfg)
+	rec.Value = nil
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: pipeline.HeaderOmitted, Value: []byte("value")},
+		kgo.RecordHeader{Key: pipeline.HeaderOriginalBytes, Value: []byte("1048700")})
+	got := Parse(rec)
+	if got.Omitted != "value" || len(got.Headers) != 0 {
+		t.Fatalf("Parse: omitted %q, original headers %v", got.Omitted, got.Headers)
+	}
+	if Parse(letter{reason: "too_large"}.record(cfg)).Omitted != "" {
+		t.Fatal("a whole letter parsed as omitted")
+	}
+}

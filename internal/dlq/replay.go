@@ -188,8 +188,8 @@ func Replay(ctx context.Context, o ReplayOptions) (*Report, error) {
 		}
 	}
 	choose := func(l Letter) (bool, error) {
-		if !o.Selection.Match(l) {
-			return false, nil
+		if !o.Selection.Match(l) || l.Omitted != "" {
+			return false, nil // a letter without its value cannot be replayed
 		}
 		if !namedTarget && (!l.SourceOK || l.SourceTopic != cfg.Topics.Input) {
 			return false, fmt.Errorf("%w: %s came from %s, not %s; to re-inject it anyway name the target with --to-topic, or narrow the selection",

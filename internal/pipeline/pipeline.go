@@ -26,7 +26,22 @@ const (
 	HeaderLatenessMs      = "late.lateness_ms"
 	HeaderLateRule        = "late.rule"         // the rule that found the record too late
 	HeaderLateRuleVersion = "late.rule_version" // and its version
+	// Of a dead letter too large to be written whole (MaxDeadLetterBytes):
+	// what was left out ("value", "value,key" or "value,key,headers", the
+	// original headers) and the full letter's size (key, value, headers).
+	HeaderOmitted       = "dlq.omitted"
+	HeaderOriginalBytes = "dlq.original_bytes"
 )
+
+// MaxDeadLetterBytes bounds a dead letter's key, value and headers: the
+// producer writes records of at most about 1 MB (franz-go's batch limit,
+// 1,000,012 bytes, under the broker's default 1 MiB message limit), and an
+// input record near that size plus the letter's headers would not fit:
+// its produce would fail and abort every retry of the batch, stalling the
+// partition. Such a letter is written without its value (then key, then
+// original headers) and says so (HeaderOmitted); the original stays in the
+// input topic at source.offset.
+const MaxDeadLetterBytes = 990_000
 
 // Header is one record header.
 type Header struct {

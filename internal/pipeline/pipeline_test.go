@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/sim"
 )
 
@@ -194,4 +196,48 @@ func BenchmarkStage(b *testing.B) {
 		s.Process(w, recs[i%len(recs)], &acct, func(Output) { outputs++ })
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// A dead letter larger than MaxDeadLetterBytes leaves out its value, then
+// its key, then the original headers, saying what and how large the whole
+// letter was; a smaller one is the original record.
+func TestDeadLetterTooLargeLeavesOutItsValue(t *testing.T) {
+	verr := &event.Error{Reason: event.ReasonTooLarge, Detail: "big"}
+	base := Input{Topic: "in", Partition: 2, Offset: 7, TimestampMs: 1000, Key: []byte("m-1")}
+	hdr := func(out Output, k string) string {
+		v := ""
+		for _, h := range out.Headers {
+			if h.Key == k {
+				v = string(h.Value)
+			}
+		}
+		return v
+	}
+	small := base
+	small.Value = bytes.Repeat([]byte("x"), 1000)
+	if out := DeadLetterOutput(small, verr); !bytes.Equal(out.Value, small.Value) || hdr(out, HeaderOmitted) != "" {
+		t.Fatalf("small letter changed: omitted %q", hdr(out, HeaderOmitted))
+	}
+	for _, tc := range []struct {
+		name       string
+		key, value int
+		want       string
+	}{
+		{"value", 3, MaxDeadLetterBytes, "value"},
+		{"key", MaxDeadLetterBytes, 10, "value,key"},
+		{"headers", 3, 10, "value,key,headers"},
+	} {
+		in := base
+		in.Key, in.Value = bytes.Repeat([]byte("k"), tc.key), bytes.Repeat([]byte("v"), tc.value)
+		if tc.want == "value,key,headers" {
+			in.Headers = []Header{{"big", bytes.Repeat([]byte("h"), MaxDeadLetterBytes)}}
+		}
+		out := DeadLetterOutput(in, verr)
+		size := len(out.Key) + len(out.Value) + headersBytes(out.Headers)
+		if hdr(out, HeaderOmitted) != tc.want || out.Value != nil || size > MaxDeadLetterBytes ||
+			hdr(out, HeaderErrorReason) != "too_large" || hdr(out, HeaderSourceOffset) != "7" || hdr(out, HeaderOriginalBytes) == "" {
+			t.Errorf("%s: omitted %q (want %q), %d value bytes, letter %d bytes, reason %q, offset %q", tc.name,
+				hdr(out, HeaderOmitted), tc.want, len(out.Value), size, hdr(out, HeaderErrorReason), hdr(out, HeaderSourceOffset))
+		}
+	}
 }

@@ -164,10 +164,35 @@ func (s *Stage) Process(w *Partition, in Input, acct *Accounting, emit func(Outp
 // the original key, value and headers, then error.reason, error.detail and
 // source.*.
 func DeadLetterOutput(in Input, verr *event.Error) Output {
-	return Output{
+	out := Output{
 		Kind: DeadLetter, Key: in.Key, Value: in.Value, Reason: string(verr.Reason),
 		Headers: copyHeaders(in, Header{HeaderErrorReason, []byte(verr.Reason)}, Header{HeaderErrorDetail, []byte(verr.Detail)}),
 	}
+	size := len(out.Key) + len(out.Value) + headersBytes(out.Headers)
+	if size <= MaxDeadLetterBytes {
+		return out
+	}
+	omitted := "value"
+	out.Value = nil
+	if len(out.Key)+headersBytes(out.Headers) > MaxDeadLetterBytes-100 {
+		omitted, out.Key = "value,key", nil
+	}
+	if headersBytes(out.Headers) > MaxDeadLetterBytes-100 {
+		omitted = "value,key,headers"
+		out.Headers = copyHeaders(Input{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, TimestampMs: in.TimestampMs},
+			Header{HeaderErrorReason, []byte(verr.Reason)}, Header{HeaderErrorDetail, []byte(verr.Detail)})
+	}
+	out.Headers = append(out.Headers, Header{HeaderOmitted, []byte(omitted)},
+		Header{HeaderOriginalBytes, strconv.AppendInt(nil, int64(size), 10)})
+	return out
+}
+
+func headersBytes(hs []Header) int {
+	n := 0
+	for _, h := range hs {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // KeyOf returns the value of the rule's key field of ev.
