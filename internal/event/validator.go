@@ -222,8 +222,20 @@ func nonEmpty(name string, f *Field) (string, *Error) {
 	if f.Kind != KindString || len(f.Text) == 0 {
 		return "", invalid(name, f, "a non-empty string")
 	}
+	if len(f.Text) > MaxIDBytes {
+		return "", &Error{Reason: ReasonInvalidField, Field: name,
+			Detail: fmt.Sprintf("field %q is a string of %d bytes; want at most %d bytes", name, len(f.Text), MaxIDBytes)}
+	}
 	return string(f.Text), nil
 }
+
+// MaxIDBytes bounds event_id, machine_id and sensor_id (SPEC.md says only
+// "non-empty"): they become state keys, alert keys and evidence, and a
+// record of a valid event is copied whole to the too-late output and the
+// repartition topics, so an id of a megabyte would make copies larger than
+// the producer can write. Real ids (UUIDs, serial numbers, paths of a few
+// segments) are far shorter.
+const MaxIDBytes = 1024
 
 // oneOf returns the allowed constant equal to f (no allocation).
 func oneOf(name string, f *Field, allowed ...string) (string, *Error) {

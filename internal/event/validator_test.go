@@ -71,6 +71,13 @@ func TestCheckRejects(t *testing.T) {
 		field     string
 		detailHas []string
 	}{
+		// ids longer than MaxIDBytes
+		{name: "event_id too long", value: record(o{"event_id": `"` + strings.Repeat("e", MaxIDBytes+1) + `"`}), key: "M-7",
+			reason: ReasonInvalidField, field: FieldEventID, detailHas: []string{"1025 bytes", "at most 1024"}},
+		{name: "machine_id too long", value: record(o{"machine_id": `"` + strings.Repeat("m", MaxIDBytes+1) + `"`}),
+			reason: ReasonInvalidField, field: FieldMachineID, detailHas: []string{"at most 1024"}},
+		{name: "sensor_id too long", value: record(o{"sensor_id": `"` + strings.Repeat("s", 5000) + `"`}), key: "M-7",
+			reason: ReasonInvalidField, field: FieldSensorID, detailHas: []string{"5000 bytes"}},
 		// decode_error
 		{name: "nil value", value: nil, reason: ReasonDecodeError, detailHas: []string{"empty"}},
 		{name: "empty value", value: []byte{}, reason: ReasonDecodeError},
