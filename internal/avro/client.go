@@ -222,11 +222,14 @@ const codeSchemaNotFound = 40403
 // classify maps a non-2xx answer to its outcome and sentinel (nil: a
 // permanent refusal that is neither).
 //
-//   - 404 with error_code 40403 (and, for a lookup by id, 400/404/422 with
-//     any Confluent error body: the registry judged that id) is not found.
+//   - 404 with error_code 40403 (and, for a lookup by id, 400/422 with any
+//     Confluent error body, or 404 with a 404xx error_code: the registry
+//     judged that id) is not found.
 //   - 408, 429, 5xx, 401/403 (credentials: an operator must act, records
-//     wait) and any answer without a Confluent error body (a wrong URL, a
-//     proxy) are transient.
+//     wait), any answer without a Confluent error body (a wrong URL, a
+//     proxy) and a 404 whose error_code is the bare 404 (the registry's
+//     answer to an unknown path: a wrong base URL, not an unknown id) are
+//     transient.
 //   - Anything else (409 incompatible, 422 invalid schema on register) is a
 //     permanent refusal.
 func classify(op string, status, code int, confluent bool) (string, error) {
@@ -234,7 +237,8 @@ func classify(op string, status, code int, confluent bool) (string, error) {
 	case status == http.StatusNotFound && code == codeSchemaNotFound:
 		return OutcomeNotFound, ErrSchemaNotFound
 	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests, status >= 500,
-		status == http.StatusUnauthorized, status == http.StatusForbidden, !confluent:
+		status == http.StatusUnauthorized, status == http.StatusForbidden, !confluent,
+		status == http.StatusNotFound && (code < 40400 || code > 40499):
 		return OutcomeUnavailable, ErrRegistryUnavailable
 	case op == OpGetSchema && (status == http.StatusNotFound || status == http.StatusBadRequest || status == http.StatusUnprocessableEntity):
 		return OutcomeNotFound, ErrSchemaNotFound

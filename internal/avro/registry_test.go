@@ -164,6 +164,12 @@ func TestTransient(t *testing.T) {
 		}, "HTTP 429"},
 		{"401", func(f *fakeRegistry) string { f.auth = "u:p"; return f.srv.URL }, "HTTP 401"},
 		{"wrong base URL (bare 404)", func(f *fakeRegistry) string { return f.srv.URL + "/apis/wrong" }, "is " + "%URL%/apis/wrong the API's base URL"},
+		// A Confluent registry answers an unknown path (a wrong prefix) with
+		// error_code 404, not 40403: a wrong URL, never "no such schema".
+		{"wrong base URL (Confluent's 404 of an unknown path)", func(f *fakeRegistry) string {
+			f.fail(404, `{"error_code":404,"message":"HTTP 404 Not Found"}`)
+			return f.srv.URL
+		}, "HTTP 404"},
 		{"200 that is not the API", func(f *fakeRegistry) string { f.fail(200, "<html>proxy login</html>"); return f.srv.URL }, "not the Confluent API's JSON"},
 		{"timeout", func(f *fakeRegistry) string { f.delay = 3 * time.Second; return f.srv.URL }, "timeout|deadline exceeded"},
 		{"connection refused", func(*fakeRegistry) string { return closedURL(t) }, "connection refused"},

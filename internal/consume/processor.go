@@ -333,7 +333,17 @@ func (p *Processor) label(k pkey) string {
 
 // Run runs the processor until ctx ends (a clean shutdown: the open batch
 // commits, then the member leaves the group) or a fatal error.
-func (p *Processor) Run(ctx context.Context) error {
+//
+// A shutdown requested during start-up (before the loop runs) returns nil:
+// nothing was consumed, so there is nothing to commit.
+func (p *Processor) Run(ctx context.Context) (err error) {
+	started := false
+	defer func() {
+		if err != nil && !started && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			p.log.Info("processor stopped during start-up")
+			err = nil
+		}
+	}()
 	startCtx, cancel := context.WithTimeout(ctx, p.cfg.StartupTimeout)
 	defer cancel()
 	if p.fm.reg != nil {
@@ -429,6 +439,7 @@ func (p *Processor) Run(ctx context.Context) error {
 			wg.Wait()
 		}()
 	}
+	started = true
 	err = p.loop(ctx)
 	p.sess.Close()
 	p.setReady(false)

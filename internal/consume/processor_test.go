@@ -649,3 +649,17 @@ func TestHugePoisonRecordIsDeadLetteredWithoutItsValue(t *testing.T) {
 	}
 	checkAgainstReference(t, seeds, cfg, log)
 }
+
+// A stop requested during start-up (here at once, while topics are checked
+// and the producer is fenced) is a clean stop, not an error: nothing was
+// consumed. (Tests that stopped a processor still starting on a loaded
+// machine saw "init producer id: context canceled".)
+func TestStopDuringStartUpIsClean(t *testing.T) {
+	seeds := newCluster(t)
+	for i := range 5 {
+		cfg := testConfig(seeds, t.TempDir(), fmt.Sprint("early-", i))
+		in := start(t, cfg, Options{})
+		time.Sleep(time.Duration(i) * 20 * time.Millisecond)
+		in.stop(t)
+	}
+}
