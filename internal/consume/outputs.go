@@ -236,6 +236,18 @@ func (c *changelogReader) Read(ctx context.Context, p int32, from, to int64, fn 
 
 // end returns the changelog partition's last stable offset.
 func (c *changelogReader) end(ctx context.Context, p int32) (int64, error) {
+	return c.offset(ctx, p, true)
+}
+
+// highWater returns the changelog partition's high watermark: unlike the
+// last stable offset, which another producer's open transaction (a zombie)
+// can hold back, never below a committed position unless the topic lost
+// records.
+func (c *changelogReader) highWater(ctx context.Context, p int32) (int64, error) {
+	return c.offset(ctx, p, false)
+}
+
+func (c *changelogReader) offset(ctx context.Context, p int32, stable bool) (int64, error) {
 	cl, err := kgo.NewClient(c.opts...)
 	if err != nil {
 		return 0, fmt.Errorf("consume: changelog client: %w", err)
@@ -247,7 +259,11 @@ func (c *changelogReader) end(ctx context.Context, p int32) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, endOffsetTimeout)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListCommittedOffsets(ctx, c.topic)
+	list := adm.ListEndOffsets
+	if stable {
+		list = adm.ListCommittedOffsets
+	}
+	ends, err := list(ctx, c.topic)
 	if err != nil {
 		return 0, fmt.Errorf("consume: changelog end offsets: %w", err)
 	}

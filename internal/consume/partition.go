@@ -54,6 +54,7 @@ type part struct {
 	rs  []*rulePart // one per src.tasks, same order
 
 	endOffset  int64     // last stable offset at the last fetch
+	restoredAt int64     // the group's committed offset when it was restored (0: none)
 	lastRecord time.Time // record timestamp of the last record consumed
 
 	// Of a source partition with repartitioned rules (Processor.markers),

@@ -521,7 +521,8 @@ func (p *Processor) loop(ctx context.Context) error {
 	// on it.)
 	octx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
-	context.AfterFunc(ctx, func() { time.AfterFunc(p.cfg.TransactionTimeout, stop) })
+	unwatch := context.AfterFunc(ctx, func() { time.AfterFunc(p.cfg.TransactionTimeout, stop) })
+	defer unwatch()
 	defer p.drain() // no job outlives the loop, whatever it returns
 	for {
 		if ctx.Err() != nil {
@@ -1205,7 +1206,10 @@ func (p *Processor) rewind(ks []pkey) {
 		}
 		next := pt.committedFwd.next // a source only repartitioned rules read
 		if len(pt.rs) > 0 {
-			next = pt.rs[0].acct.NextOffset
+			// Not before where the partition was restored: a rule added
+			// to a running group (or a version changed without replay)
+			// has no accounting yet and starts at the group's offset.
+			next = max(pt.rs[0].acct.NextOffset, pt.restoredAt)
 		} else if len(pt.src.forwards) == 0 {
 			continue
 		}
@@ -1228,7 +1232,7 @@ func (p *Processor) reloadAll() error {
 		if err != nil {
 			return err
 		}
-		n.endOffset, n.fwd, n.committedFwd = pt.endOffset, pt.committedFwd, pt.committedFwd
+		n.endOffset, n.fwd, n.committedFwd, n.restoredAt = pt.endOffset, pt.committedFwd, pt.committedFwd, pt.restoredAt
 		for i, rp := range n.rs {
 			rp.tombstones = pt.rs[i].tombstones // not committed yet
 		}
@@ -1390,33 +1394,42 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			var target int64
 			var fromScratch bool
 			n, has := pos[t.ns]
+			// Whether the changelog holds position n at all: its high
+			// watermark, not its last stable offset, which a zombie's open
+			// transaction may hold back (Read then waits for it). Asked
+			// only when the local store is not at n already.
+			holds := func(n int64) (bool, int64, error) {
+				if cp, ok, err := t.store.Checkpoint(k.id); err == nil && ok && cp == n {
+					return true, n, nil
+				}
+				hw, err := t.restore.highWater(ctx, k.id)
+				return n <= hw, hw, err
+			}
 			if !has && v1ok && len(src.tasks) == 1 {
 				// Written by an older version for the one rule it ran:
 				// this rule's only if its changelog holds the position
 				// (else it is another version's: below).
-				n, has = v1, true
-				end, err := t.restore.end(ctx, k.id)
+				ok, hw, err := holds(v1)
 				if err != nil {
 					return p.fail(err)
 				}
-				if v1 > end {
+				if n, has = v1, ok; !ok {
 					p.log.Warn("consume: committed offset carries a v1 changelog position beyond this rule's changelog: it is another rule version's",
-						"topic", k.topic, "partition", k.id, "rule", t.ns, "position", v1, "changelog_end", end)
-					has = false
+						"topic", k.topic, "partition", k.id, "rule", t.ns, "position", v1, "changelog_high_watermark", hw)
 				}
 			}
 			switch {
 			case has:
 				target = n
-				end, err := t.restore.end(ctx, k.id)
+				ok, hw, err := holds(target)
 				if err != nil {
 					return p.fail(err)
 				}
-				if target > end {
+				if !ok {
 					// Waiting would hang the member for ever: the
 					// changelog no longer holds what was committed.
 					return p.fail(fmt.Errorf("%w: rule %s, partition %s/%d: the committed offset's state is at changelog position %d, but %s/%d ends at %d: the changelog topic was deleted, recreated or truncated; restore it, or bump the rule's version and replay (docs/RUNBOOK.md, \"Replay after a rule change\")",
-						errFatal, t.ns, k.topic, k.id, target, t.cl, k.id, end))
+						errFatal, t.ns, k.topic, k.id, target, t.cl, k.id, hw))
 				}
 			case committed:
 				end, err := t.restore.end(ctx, k.id)
@@ -1451,6 +1464,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		for _, rp := range pt.rs {
 			rp.tombstones = scratch[rp.t]
 		}
+		pt.restoredAt = max(co.offset, 0)
 		if len(src.forwards) > 0 {
 			// Whether it is caught up (idle) is known before any fetch.
 			if pt.endOffset, err = p.endOffset(ctx, k); err != nil {

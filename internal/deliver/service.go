@@ -389,9 +389,6 @@ func (s *Service) pinStart(ctx context.Context, offsets map[string]map[int32]kgo
 		return offsets, nil
 	}
 	listed, err := kadm.NewClient(s.cl).ListCommittedOffsets(ctx, s.cfg.Topics.Alerts)
-	if err == nil {
-		err = listed.Error()
-	}
 	if err != nil {
 		return nil, fmt.Errorf("deliver: the end of %s for start_from latest: %w", s.cfg.Topics.Alerts, err)
 	}
@@ -399,8 +396,11 @@ func (s *Service) pinStart(ctx context.Context, offsets map[string]map[int32]kgo
 	defer s.mu.Unlock()
 	for _, id := range fresh {
 		lo, ok := listed.Lookup(s.cfg.Topics.Alerts, id)
-		if !ok {
+		switch {
+		case !ok:
 			return nil, fmt.Errorf("deliver: the end of %s/%d for start_from latest: not listed", s.cfg.Topics.Alerts, id)
+		case lo.Err != nil:
+			return nil, fmt.Errorf("deliver: the end of %s/%d for start_from latest: %w", s.cfg.Topics.Alerts, id, lo.Err)
 		}
 		offsets[s.cfg.Topics.Alerts][id] = kgo.NewOffset().At(lo.Offset).WithEpoch(-1)
 		if rp := s.parts[id]; rp != nil {
