@@ -50,6 +50,7 @@ import (
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/txn"
 	"github.com/vibeline/processor/internal/rules"
 )
 
@@ -159,6 +160,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
+	group, err := groupPositions(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	fetch := func(topic string) ([]*kgo.Record, error) {
 		recs, err := ReadCommitted(ctx, cfg.Brokers, topic, o.Timeout, o.Progress, o.ExtraKgoOpts...)
 		if err != nil {
@@ -234,9 +239,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.violate("partition %d: %d records counted, but the input holds %d records in offsets [%d, %d)", p, a.Records, inCount[p], base[p].NextOffset, top.NextOffset)
 		}
 	}
-	for p, n := range inCount {
-		if _, ok := rep.Partitions[p]; !ok && n > 0 {
-			rep.violate("partition %d: no accounting record", p)
+	// A partition without accounting: not processed yet, unless the group's
+	// committed offset says the rule committed state there.
+	ns := fmt.Sprintf("%s.v%d", rs[0].Rule.ID, rs[0].Rule.Version)
+	seenParts := map[int32]bool{}
+	for _, r := range input {
+		if _, ok := rep.Partitions[r.Partition]; ok || seenParts[r.Partition] {
+			continue
+		}
+		seenParts[r.Partition] = true
+		if o.To.IsZero() && claimsState(group, cfg.Topics.Input, r.Partition, ns, true) { // the offsets are now's, not To's
+			rep.violate("partition %d: the group's committed offset carries a changelog position of rule %s, but its changelog holds no accounting record for the partition", r.Partition, ns)
 		}
 	}
 
@@ -499,6 +512,56 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, timeout ti
 	progress func(string, int64, int64), extra ...kgo.Opt) ([]*kgo.Record, error) {
 	out, _, err := readCommitted(ctx, seeds, topic, timeout, progress, extra...)
 	return out, err
+}
+
+// groupPositions returns, per topic and partition, the changelog positions
+// by rule namespace that the group's committed offsets carry (their commit
+// metadata, internal/txn), read before any changelog: a position committed
+// with an input offset was committed with its accounting, so the changelog
+// read after it holds that accounting.
+func groupPositions(ctx context.Context, o Options) (map[string]map[int32]map[string]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Config.Brokers...)}, o.ExtraKgoOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: client: %w", err)
+	}
+	defer cl.Close()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, o.Config.GroupID)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: committed offsets of group %s: %w", o.Config.GroupID, err)
+	}
+	out := map[string]map[int32]map[string]int64{}
+	offs.Each(func(r kadm.OffsetResponse) {
+		if r.Err != nil || r.At < 0 {
+			return
+		}
+		pos, ok := txn.DecodePositions(r.Metadata)
+		if !ok {
+			if n, v1 := txn.DecodeMeta(r.Metadata); v1 {
+				pos = map[string]int64{"": n} // an older version's single rule
+			}
+		}
+		if out[r.Topic] == nil {
+			out[r.Topic] = map[int32]map[string]int64{}
+		}
+		out[r.Topic][r.Partition] = pos
+	})
+	return out, nil
+}
+
+// claimsState reports whether the group's committed offset of topic
+// partition p says the rule ns (the only rule of the topic when single)
+// has committed state there: a position > 0 of its changelog.
+func claimsState(g map[string]map[int32]map[string]int64, topic string, p int32, ns string, single bool) bool {
+	pos := g[topic][p]
+	if n, ok := pos[ns]; ok {
+		return n > 0
+	}
+	if n, ok := pos[""]; ok && single {
+		return n > 0
+	}
+	return false
 }
 
 // readCommitted is ReadCommitted that also returns each partition's log

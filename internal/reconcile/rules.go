@@ -71,6 +71,25 @@ type ruleCheck struct {
 	// evidence found through the source because the repartition record
 	// was purged, and checked in the repartition topic.
 	viaSource, inRepartition int
+	// group is the changelog positions of the group's committed offsets
+	// (groupPositions); single: the rule is the only one reading in.
+	group  map[string]map[int32]map[string]int64
+	single bool
+}
+
+// countIn counts the rules that read c's input topic (its source in place,
+// or its own repartition topic).
+func countIn(rs []*rules.Compiled, c *rules.Compiled) int {
+	if c.Rule.Repartitioned() {
+		return 1
+	}
+	n := 0
+	for _, r := range rs {
+		if !r.Rule.Repartitioned() && r.Rule.Source == c.Rule.Source {
+			n++
+		}
+	}
+	return n
 }
 
 // violationsCap bounds each list of violations.
@@ -113,6 +132,10 @@ func runRules(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
+	group, err := groupPositions(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	rd := newReader(ctx, o, fm)
 	if err := rd.prefetch(cfg, rs); err != nil {
 		return nil, err
@@ -126,6 +149,9 @@ func runRules(ctx context.Context, o Options) (*Report, error) {
 		cl, err := rd.topic(cfg.ChangelogFor(c))
 		if err != nil {
 			return nil, err
+		}
+		if o.To.IsZero() { // the group's offsets are now's, not To's
+			rc.group, rc.single = group, countIn(rs, c) == 1
 		}
 		rc.accounting(cl.recs, o.From, o.To)
 		checks = append(checks, rc)
@@ -247,8 +273,15 @@ func (rc *ruleCheck) accounting(changelog []*kgo.Record, from, to time.Time) {
 		rc.rr.Checked += int(counts[p])
 	}
 	// Nothing of such a partition was committed (in the range): there is
-	// nothing to check yet, as for records beyond a committed position.
+	// nothing to check yet, as for records beyond a committed position;
+	// unless the group's committed offset says the rule committed state
+	// there, and the changelog lost its accounting.
+	ns := fmt.Sprintf("%s.v%d", rc.c.Rule.ID, rc.c.Rule.Version)
 	for _, p := range sortedKeys(uncounted) {
+		if claimsState(rc.group, rc.in.name, p, ns, rc.single) {
+			rc.violate("partition %d of %s: the group's committed offset carries a changelog position of this rule, but its changelog holds no accounting record for the partition (%d records)", p, rc.in.name, uncounted[p])
+			continue
+		}
 		rc.note("partition %d of %s: %d records, no accounting record committed (in the range): not checked", p, rc.in.name, uncounted[p])
 	}
 }
