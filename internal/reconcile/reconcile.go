@@ -44,14 +44,15 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/pipeline"
-	"github.com/vibeline/processor/internal/txn"
 	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/txn"
 )
 
 // Options configure a reconciliation.
@@ -528,6 +529,9 @@ func groupPositions(ctx context.Context, o Options) (map[string]map[int32]map[st
 	}
 	defer cl.Close()
 	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, o.Config.GroupID)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, nil // no group yet: nothing committed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: committed offsets of group %s: %w", o.Config.GroupID, err)
 	}
