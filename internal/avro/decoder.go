@@ -304,7 +304,16 @@ func tsProblem(w *hamba.RecordSchema) string {
 		}
 		for _, t := range types {
 			p, ok := deref(t).(*hamba.PrimitiveSchema)
-			if !ok || p.Logical() == nil || p.Type() == hamba.String || p.Type() == hamba.Bytes {
+			if !ok || p.Type() == hamba.String || p.Type() == hamba.Bytes {
+				continue
+			}
+			if p.Logical() == nil {
+				// A logical type the Avro library does not know
+				// (timestamp-nanos, Avro 1.12) is kept as a property only:
+				// nanoseconds would read as milliseconds.
+				if lt, ok := p.Prop("logicalType").(string); ok && lt != "" {
+					return fmt.Sprintf("field ts is %s with logical type %s, want epoch milliseconds (long, timestamp-millis) or a string", p.Type(), lt)
+				}
 				continue
 			}
 			if lt := p.Logical().Type(); lt != hamba.TimestampMillis {

@@ -66,7 +66,8 @@ var writerNull = strings.Replace(writerV1, `{"name":"event_id","type":"string"},
 // with the reader schema itself all decode to the same event; writers that
 // cannot be resolved are schema_unknown naming the id.
 func TestEvolution(t *testing.T) {
-	d := newMapDecoder(t, map[uint32]string{1: writerV1, 2: writerV2, 3: writerNoClock, 4: readerSchema(), 5: writerNoSeq, 6: writerMicros, 7: `"string"`, 8: writerNull})
+	d := newMapDecoder(t, map[uint32]string{1: writerV1, 2: writerV2, 3: writerNoClock, 4: readerSchema(), 5: writerNoSeq, 6: writerMicros, 7: `"string"`, 8: writerNull,
+		9: strings.Replace(writerMicros, "timestamp-micros", "timestamp-nanos", 1)})
 	want := event.Event{
 		EventID: "e-1", MachineID: "M-7", SensorID: "S-7-3", TS: recordTS - 1000, Seq: 42,
 		Value: 7.5, RawValue: 7.5, Unit: "mm/s", SchemaVersion: 1, Quality: "good", Clock: "synced",
@@ -97,6 +98,10 @@ func TestEvolution(t *testing.T) {
 	}{
 		{"missing field without default", "schema id 5 cannot be read as an event", encode(t, writerNoSeq, 5, event1(map[string]any{"seq": absent{}}))},
 		{"ts in microseconds", "schema id 6 cannot be read as an event: field ts is long with logical type timestamp-micros", encode(t, writerMicros, 6, event1(nil))},
+		// A logical type the Avro library does not know (Avro 1.12's
+		// nanoseconds) is refused too, not read as milliseconds.
+		{"ts in nanoseconds", "schema id 9 cannot be read as an event: field ts is long with logical type timestamp-nanos",
+			encode(t, strings.Replace(writerMicros, "timestamp-micros", "timestamp-nanos", 1), 9, event1(nil))},
 		{"not a record", "schema id 7 is a string schema", encode(t, `"string"`, 7, "x")},
 		{"unknown id", "schema id 42 not found in the registry", encode(t, writerV1, 42, event1(nil))},
 		{"ignored null field", "schema id 8 cannot be read as an event: field nothing, which the reader ignores, has type null", encode(t, writerNull, 8, event1(map[string]any{"nothing": nil}))},
