@@ -1397,11 +1397,10 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			// Whether the changelog holds position n at all: its high
 			// watermark, not its last stable offset, which a zombie's open
 			// transaction may hold back (Read then waits for it). Asked
-			// only when the local store is not at n already.
+			// also when the local store is at n: a changelog deleted and
+			// recreated since must stop the processor, not start a new
+			// history that only this replica's store knows the past of.
 			holds := func(n int64) (bool, int64, error) {
-				if cp, ok, err := t.store.Checkpoint(k.id); err == nil && ok && cp == n {
-					return true, n, nil
-				}
 				hw, err := t.restore.highWater(ctx, k.id)
 				return n <= hw, hw, err
 			}

@@ -623,7 +623,7 @@ func TestHugePoisonRecordIsDeadLetteredWithoutItsValue(t *testing.T) {
 	log := pipeline.Log{}
 	recs := simRecords(12_000, 1)
 	huge := recs[1000]
-	huge.Value = bytes.Repeat([]byte("x"), 999_900) // not JSON: decode_error
+	huge.Value = bytes.Repeat([]byte("x"), 999_900) // over the 900,000-byte cap: too_large
 	recs[1000] = huge
 	produce(t, seeds, cfg.Topics.Input, recs, log)
 	in := start(t, cfg, Options{})
@@ -640,7 +640,7 @@ func TestHugePoisonRecordIsDeadLetteredWithoutItsValue(t *testing.T) {
 		}
 		found = true
 		if hs[pipeline.HeaderOmitted] != "value" || r.Value != nil || string(r.Key) != string(huge.Key) ||
-			hs[pipeline.HeaderErrorReason] != "decode_error" || hs[pipeline.HeaderOriginalBytes] == "" {
+			hs[pipeline.HeaderErrorReason] != "too_large" || hs[pipeline.HeaderOriginalBytes] == "" {
 			t.Errorf("dead letter of the huge record: key %q, %d value bytes, headers %v", r.Key, len(r.Value), hs)
 		}
 	}

@@ -134,3 +134,44 @@ func TestLegacyV1PositionAboveTheLastStableOffsetKeepsState(t *testing.T) {
 		}
 	}
 }
+
+// A replica restarted with its local state after its rule's changelog was
+// deleted (and recreated at start-up) stops with the reason: its store is
+// at the committed position, but the changelog no longer holds it, and
+// going on would start a history whose past only this store knows.
+func TestRecreatedChangelogStopsAReplicaWithItsLocalState(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "recreated")
+	log := pipeline.Log{}
+	recs := simRecords(6000, 5)
+	produce(t, seeds, cfg.Topics.Input, recs[:3000], log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopics(context.Background(), cfg.ChangelogTopic()); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	time.Sleep(500 * time.Millisecond)
+
+	produce(t, seeds, cfg.Topics.Input, recs[3000:], log)
+	in = start(t, cfg, Options{}) // same state dir: checkpoint == committed position
+	select {
+	case err := <-in.done:
+		if err != nil && strings.Contains(err.Error(), "deleted, recreated or truncated") {
+			return // the documented behaviour
+		}
+		t.Fatalf("Run returned %v", err)
+	case <-time.After(10 * time.Second):
+		in.cancel()
+		<-in.done
+		acct := latestAccounting(t, seeds, cfg)
+		t.Fatalf("the processor runs on over a recreated changelog (no stop); its new changelog's accounting: %v", acct)
+	}
+}

@@ -39,7 +39,7 @@
 //     whose in/s→mm/s conversion overflows is invalid_field.
 //   - Member names match case-sensitively; unknown members are ignored
 //     whatever they hold; for a repeated member the last occurrence wins.
-//   - A value larger than Options.MaxBytes (default 1 MiB), an empty value
+//   - A value larger than Options.MaxBytes (default 900,000 bytes), an empty value
 //     (a tombstone), invalid UTF-8, and nesting deeper than 10000 levels
 //     anywhere in the value are decode_error.
 //   - A nil or empty record key means "no key": the record is accepted and

@@ -15,8 +15,11 @@ import (
 const (
 	// DefaultMaxFutureSkewMs is SPEC's max_future_skew: 5 minutes.
 	DefaultMaxFutureSkewMs int64 = 5 * 60 * 1000
-	// DefaultMaxBytes is the largest record value decoded: 1 MiB.
-	DefaultMaxBytes = 1 << 20
+	// DefaultMaxBytes is the largest record value decoded: 900,000 bytes,
+	// so that the copies of a valid record (too-late output, repartition
+	// topic), with their headers, fit in the producer's records of about
+	// 1 MB (franz-go's 1,000,012-byte batches).
+	DefaultMaxBytes = 900_000
 )
 
 // DefaultKnownVersions returns the schema versions known by default: {1}.
@@ -36,7 +39,7 @@ type Options struct {
 	KnownVersions []int
 	// MaxBytes is the largest record value, in bytes, that is decoded; a
 	// larger value is decode_error without being parsed. Default
-	// DefaultMaxBytes (1 MiB); zero or negative means the default.
+	// DefaultMaxBytes (900,000 bytes); zero or negative means the default.
 	MaxBytes int
 }
 

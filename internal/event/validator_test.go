@@ -323,7 +323,7 @@ func TestDetailTruncatesAndEscapes(t *testing.T) {
 func TestOptionsDefaults(t *testing.T) {
 	var opts Options
 	opts.EnsureDefaults()
-	if opts.MaxFutureSkewMs != 300_000 || opts.MaxBytes != 1<<20 || len(opts.KnownVersions) != 1 || opts.KnownVersions[0] != 1 {
+	if opts.MaxFutureSkewMs != 300_000 || opts.MaxBytes != 900_000 || len(opts.KnownVersions) != 1 || opts.KnownVersions[0] != 1 {
 		t.Fatalf("defaults = %+v", opts)
 	}
 	known := []int{1, 2}

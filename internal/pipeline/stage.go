@@ -187,10 +187,12 @@ func DeadLetterOutput(in Input, verr *event.Error) Output {
 	return out
 }
 
+// headersBytes is the encoded size of headers in a record, about: their
+// bytes and, per header, its two length varints (at most 10 bytes).
 func headersBytes(hs []Header) int {
 	n := 0
 	for _, h := range hs {
-		n += len(h.Key) + len(h.Value)
+		n += len(h.Key) + len(h.Value) + 10
 	}
 	return n
 }

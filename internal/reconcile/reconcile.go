@@ -249,7 +249,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		seenParts[r.Partition] = true
-		if o.To.IsZero() && claimsState(group, cfg.Topics.Input, r.Partition, ns, true) { // the offsets are now's, not To's
+		if o.To.IsZero() && claimsState(group, cfg.Topics.Input, r.Partition, ns) { // the offsets are now's, not To's
 			rep.violate("partition %d: the group's committed offset carries a changelog position of rule %s, but its changelog holds no accounting record for the partition", r.Partition, ns)
 		}
 	}
@@ -540,12 +540,9 @@ func groupPositions(ctx context.Context, o Options) (map[string]map[int32]map[st
 		if r.Err != nil || r.At < 0 {
 			return
 		}
-		pos, ok := txn.DecodePositions(r.Metadata)
-		if !ok {
-			if n, v1 := txn.DecodeMeta(r.Metadata); v1 {
-				pos = map[string]int64{"": n} // an older version's single rule
-			}
-		}
+		// v2 only: an older version's "v1 cl=<n>" does not say whose
+		// position it is (after a version change it is not the rule's).
+		pos, _ := txn.DecodePositions(r.Metadata)
 		if out[r.Topic] == nil {
 			out[r.Topic] = map[int32]map[string]int64{}
 		}
@@ -555,17 +552,10 @@ func groupPositions(ctx context.Context, o Options) (map[string]map[int32]map[st
 }
 
 // claimsState reports whether the group's committed offset of topic
-// partition p says the rule ns (the only rule of the topic when single)
-// has committed state there: a position > 0 of its changelog.
-func claimsState(g map[string]map[int32]map[string]int64, topic string, p int32, ns string, single bool) bool {
-	pos := g[topic][p]
-	if n, ok := pos[ns]; ok {
-		return n > 0
-	}
-	if n, ok := pos[""]; ok && single {
-		return n > 0
-	}
-	return false
+// partition p says the rule ns has committed state there: a position > 0
+// of its changelog.
+func claimsState(g map[string]map[int32]map[string]int64, topic string, p int32, ns string) bool {
+	return g[topic][p][ns] > 0
 }
 
 // readCommitted is ReadCommitted that also returns each partition's log

@@ -72,24 +72,8 @@ type ruleCheck struct {
 	// was purged, and checked in the repartition topic.
 	viaSource, inRepartition int
 	// group is the changelog positions of the group's committed offsets
-	// (groupPositions); single: the rule is the only one reading in.
-	group  map[string]map[int32]map[string]int64
-	single bool
-}
-
-// countIn counts the rules that read c's input topic (its source in place,
-// or its own repartition topic).
-func countIn(rs []*rules.Compiled, c *rules.Compiled) int {
-	if c.Rule.Repartitioned() {
-		return 1
-	}
-	n := 0
-	for _, r := range rs {
-		if !r.Rule.Repartitioned() && r.Rule.Source == c.Rule.Source {
-			n++
-		}
-	}
-	return n
+	// (groupPositions).
+	group map[string]map[int32]map[string]int64
 }
 
 // violationsCap bounds each list of violations.
@@ -151,7 +135,7 @@ func runRules(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		if o.To.IsZero() { // the group's offsets are now's, not To's
-			rc.group, rc.single = group, countIn(rs, c) == 1
+			rc.group = group
 		}
 		rc.accounting(cl.recs, o.From, o.To)
 		checks = append(checks, rc)
@@ -278,7 +262,7 @@ func (rc *ruleCheck) accounting(changelog []*kgo.Record, from, to time.Time) {
 	// there, and the changelog lost its accounting.
 	ns := fmt.Sprintf("%s.v%d", rc.c.Rule.ID, rc.c.Rule.Version)
 	for _, p := range sortedKeys(uncounted) {
-		if claimsState(rc.group, rc.in.name, p, ns, rc.single) {
+		if claimsState(rc.group, rc.in.name, p, ns) {
 			rc.violate("partition %d of %s: the group's committed offset carries a changelog position of this rule, but its changelog holds no accounting record for the partition (%d records)", p, rc.in.name, uncounted[p])
 			continue
 		}
