@@ -273,7 +273,7 @@ func loadDeliveryFormat(path string) (deliveryFormat, error) {
 // deliveryDecoder returns the decoder of Avro alerts (nil for JSON): a
 // registry client and cache whose collectors go on reg, and a close
 // function for the client's idle connections.
-func deliveryDecoder(f deliveryFormat, reg prometheus.Registerer, logger *slog.Logger) (deliver.DecodeFunc, func(), error) {
+func deliveryDecoder(ctx context.Context, f deliveryFormat, reg prometheus.Registerer, logger *slog.Logger) (deliver.DecodeFunc, func(), error) {
 	if f.AlertsFormat != config.FormatAvro {
 		return nil, func() {}, nil
 	}
@@ -296,6 +296,9 @@ func deliveryDecoder(f deliveryFormat, reg prometheus.Registerer, logger *slog.L
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := client.CheckBase(ctx); err != nil {
+		return nil, nil, err
+	}
 	logger.Info("deliver: alerts are Avro", "registry", client.URL())
 	return dec, client.Close, nil
 }
@@ -305,7 +308,7 @@ func deliveryDecoder(f deliveryFormat, reg prometheus.Registerer, logger *slog.L
 func runDelivery(ctx context.Context, cfg deliver.Config, format deliveryFormat, sinks []deliver.Sink, logger *slog.Logger, extra []kgo.Opt) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
-	decode, closeRegistry, err := deliveryDecoder(format, reg, logger)
+	decode, closeRegistry, err := deliveryDecoder(ctx, format, reg, logger)
 	if err != nil {
 		return err
 	}

@@ -149,6 +149,35 @@ func (c *Client) Register(ctx context.Context, subject, schema string) (uint32, 
 
 // do sends one request and decodes a 2xx JSON answer into out. It
 // classifies every failure (see Client).
+// CheckBase asks the registry for its subjects (GET /subjects, which every
+// Confluent-compatible registry serves) and returns an error only when the
+// answer is 404: the base URL is not a registry API's (a wrong prefix),
+// which would otherwise make every lookup by id "not found" and every
+// record a dead letter. Anything else (unreachable, 5xx, credentials) is
+// left to the requests that need the registry, which wait and retry.
+func (c *Client) CheckBase(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/subjects", nil)
+	if err != nil {
+		return fmt.Errorf("avro: registry.url %s: %w", c.base, err)
+	}
+	req.Header.Set("Accept", contentType+", application/json")
+	if c.opts.Username != "" {
+		req.SetBasicAuth(c.opts.Username, c.opts.Password)
+	}
+	resp, err := c.opts.HTTPClient.Do(req)
+	if err != nil {
+		return nil // unreachable now: the lookups wait for it
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBytes))
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("avro: registry.url %s is not the base URL of a schema registry API: GET %s/subjects answered 404 (Confluent and Karapace serve it at their root, Apicurio at .../apis/ccompat/v7)", c.base, c.base)
+	}
+	return nil
+}
+
 func (c *Client) do(ctx context.Context, metricOp, op, method, path string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
@@ -222,14 +251,14 @@ const codeSchemaNotFound = 40403
 // classify maps a non-2xx answer to its outcome and sentinel (nil: a
 // permanent refusal that is neither).
 //
-//   - 404 with error_code 40403 (and, for a lookup by id, 400/422 with any
-//     Confluent error body, or 404 with a 404xx error_code: the registry
-//     judged that id) is not found.
+//   - 404 with error_code 40403 (and, for a lookup by id, 400/404/422 with
+//     any Confluent error body: the registry judged that id; Apicurio 2's
+//     ccompat answers an unknown id with error_code 404) is not found. A
+//     Confluent registry answers an unknown path with error_code 404 too:
+//     a wrong base URL is caught at start-up instead (CheckBase).
 //   - 408, 429, 5xx, 401/403 (credentials: an operator must act, records
-//     wait), any answer without a Confluent error body (a wrong URL, a
-//     proxy) and a 404 whose error_code is the bare 404 (the registry's
-//     answer to an unknown path: a wrong base URL, not an unknown id) are
-//     transient.
+//     wait) and any answer without a Confluent error body (a wrong URL, a
+//     proxy) are transient.
 //   - Anything else (409 incompatible, 422 invalid schema on register) is a
 //     permanent refusal.
 func classify(op string, status, code int, confluent bool) (string, error) {
@@ -237,8 +266,7 @@ func classify(op string, status, code int, confluent bool) (string, error) {
 	case status == http.StatusNotFound && code == codeSchemaNotFound:
 		return OutcomeNotFound, ErrSchemaNotFound
 	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests, status >= 500,
-		status == http.StatusUnauthorized, status == http.StatusForbidden, !confluent,
-		status == http.StatusNotFound && (code < 40400 || code > 40499):
+		status == http.StatusUnauthorized, status == http.StatusForbidden, !confluent:
 		return OutcomeUnavailable, ErrRegistryUnavailable
 	case op == OpGetSchema && (status == http.StatusNotFound || status == http.StatusBadRequest || status == http.StatusUnprocessableEntity):
 		return OutcomeNotFound, ErrSchemaNotFound

@@ -217,6 +217,8 @@ func (f *fakeRegistry) serve(w http.ResponseWriter, r *http.Request) {
 			out["schemaType"] = typ
 		}
 		writeJSON(w, http.StatusOK, out)
+	case r.Method == http.MethodGet && r.URL.Path == "/subjects":
+		writeJSON(w, http.StatusOK, []string{})
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/subjects/") && strings.HasSuffix(r.URL.Path, "/versions"):
 		subject := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/subjects/"), "/versions")
 		var in struct {

@@ -164,12 +164,6 @@ func TestTransient(t *testing.T) {
 		}, "HTTP 429"},
 		{"401", func(f *fakeRegistry) string { f.auth = "u:p"; return f.srv.URL }, "HTTP 401"},
 		{"wrong base URL (bare 404)", func(f *fakeRegistry) string { return f.srv.URL + "/apis/wrong" }, "is " + "%URL%/apis/wrong the API's base URL"},
-		// A Confluent registry answers an unknown path (a wrong prefix) with
-		// error_code 404, not 40403: a wrong URL, never "no such schema".
-		{"wrong base URL (Confluent's 404 of an unknown path)", func(f *fakeRegistry) string {
-			f.fail(404, `{"error_code":404,"message":"HTTP 404 Not Found"}`)
-			return f.srv.URL
-		}, "HTTP 404"},
 		{"200 that is not the API", func(f *fakeRegistry) string { f.fail(200, "<html>proxy login</html>"); return f.srv.URL }, "not the Confluent API's JSON"},
 		{"timeout", func(f *fakeRegistry) string { f.delay = 3 * time.Second; return f.srv.URL }, "timeout|deadline exceeded"},
 		{"connection refused", func(*fakeRegistry) string { return closedURL(t) }, "connection refused"},
@@ -348,4 +342,33 @@ func containsAny(s, words string) bool {
 		}
 	}
 	return false
+}
+
+// CheckBase: a base URL that is not a registry API's (404 for GET
+// /subjects: a wrong prefix, which a Confluent registry answers with
+// error_code 404 like an unknown id of Apicurio 2) fails; a registry, or
+// one that cannot be reached now, passes (its lookups wait for it).
+func TestCheckBase(t *testing.T) {
+	f := newFakeRegistry(t)
+	check := func(url string) error {
+		c, err := NewClient(ClientOptions{URL: url, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CheckBase(t.Context())
+	}
+	if err := check(f.srv.URL); err != nil {
+		t.Fatalf("the registry: %v", err)
+	}
+	if err := check(closedURL(t)); err != nil {
+		t.Fatalf("unreachable: %v", err)
+	}
+	err := check(f.srv.URL + "/wrong-prefix")
+	if err == nil || !strings.Contains(err.Error(), "not the base URL") || !strings.Contains(err.Error(), "/wrong-prefix") {
+		t.Fatalf("wrong prefix: %v", err)
+	}
+	f.fail(404, `{"error_code":404,"message":"HTTP 404 Not Found"}`)
+	if err := check(f.srv.URL); err == nil {
+		t.Fatal("a Confluent 404 of an unknown path passed")
+	}
 }

@@ -843,3 +843,25 @@ func TestAtLeastOnceHoldBackRewindsEveryPolledPartition(t *testing.T) {
 		t.Fatalf("records on %d partitions, want %d: the fixture proves nothing", len(log), testPartitions)
 	}
 }
+
+// A registry.url that is not a registry API's base URL (a wrong prefix:
+// GET /subjects answers 404) stops the processor at start-up with the
+// reason, rather than making every lookup "not found" and every Avro
+// record a dead letter.
+func TestWrongRegistryBaseURLFailsStartUp(t *testing.T) {
+	f := avrotest.NewRegistry(t)
+	f.Register("vibration.events-value", writerV1)
+	seeds := newCluster(t)
+	cfg := avroConfig(seeds, t.TempDir(), f)
+	cfg.Registry.URL = f.URL() + "/wrong-prefix"
+	in := start(t, cfg, Options{})
+	select {
+	case err := <-in.done:
+		if err == nil || !strings.Contains(err.Error(), "not the base URL of a schema registry API") {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		in.cancel()
+		t.Fatal("the processor started with a wrong registry base URL")
+	}
+}

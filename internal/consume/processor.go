@@ -349,6 +349,11 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	if p.fm.reg != nil {
 		defer p.fm.reg.Client().Close()
 	}
+	if p.fm.reg != nil {
+		if err := p.fm.reg.Client().CheckBase(startCtx); err != nil {
+			return err
+		}
+	}
 	if err := p.registerAlertSchemas(startCtx); err != nil {
 		return err
 	}

@@ -160,6 +160,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fm.reg != nil {
+		if err := fm.reg.Client().CheckBase(ctx); err != nil {
+			return nil, fmt.Errorf("reconcile: %w", err)
+		}
+	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
 	group, err := groupPositions(ctx, o)
 	if err != nil {

@@ -29,6 +29,7 @@ const (
 //
 //   - GET /schemas/ids/{id} answers {"schema": "<text>"}, or 404 with
 //     error_code 40403 for an id it does not have;
+//   - GET /subjects answers the registered subjects;
 //   - POST /subjects/{subject}/versions with {"schema": "<text>"}
 //     registers the text under the subject as Register does and answers
 //     {"id": N}, or the status set by Refuse;
@@ -205,6 +206,15 @@ func (f *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		answer(http.StatusOK, map[string]any{"schema": s})
+	case r.Method == http.MethodGet && r.URL.Path == "/subjects":
+		f.mu.Lock()
+		subjects := make([]string, 0, len(f.subjects))
+		for s := range f.subjects {
+			subjects = append(subjects, s)
+		}
+		f.mu.Unlock()
+		slices.Sort(subjects)
+		answer(http.StatusOK, subjects)
 	case r.Method == http.MethodPost && isSubject && isVersions:
 		if refuse != 0 {
 			answer(refuse, map[string]any{"error_code": refuse, "message": "Schema being registered is incompatible with an earlier schema for subject"})
