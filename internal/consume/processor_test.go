@@ -365,15 +365,7 @@ func TestShutdownCommitsTheOpenBatch(t *testing.T) {
 	log := pipeline.Log{}
 	recs := simRecords(12_000, 1)
 	produce(t, seeds, cfg.Topics.Input, recs, log)
-	var handled atomic.Int64
-	in := start(t, cfg, Options{afterJob: func(n int) { handled.Add(int64(n)) }})
-	deadline := time.Now().Add(30 * time.Second)
-	for handled.Load() < int64(len(recs)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the processor handled %d of %d records in 30s", handled.Load(), len(recs))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	in := startAndHandle(t, cfg, len(recs))
 	start := time.Now()
 	in.stop(t)
 	if d := time.Since(start); d > 20*time.Second {
@@ -402,15 +394,7 @@ func TestShutdownWithTheBrokerGoneIsBounded(t *testing.T) {
 	log := pipeline.Log{}
 	recs := simRecords(6000, 2)
 	produce(t, seeds, cfg.Topics.Input, recs, log)
-	var handled atomic.Int64
-	in := start(t, cfg, Options{afterJob: func(n int) { handled.Add(int64(n)) }})
-	deadline := time.Now().Add(30 * time.Second)
-	for handled.Load() < int64(len(recs)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the processor handled %d of %d records in 30s", handled.Load(), len(recs))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	in := startAndHandle(t, cfg, len(recs))
 	c.Close()
 	start := time.Now()
 	in.cancel()
@@ -662,4 +646,20 @@ func TestStopDuringStartUpIsClean(t *testing.T) {
 		time.Sleep(time.Duration(i) * 20 * time.Millisecond)
 		in.stop(t)
 	}
+}
+
+// startAndHandle starts a processor and waits until its jobs handled n
+// records (Options.afterJob), whatever it committed.
+func startAndHandle(t *testing.T, cfg config.Config, n int) *instance {
+	t.Helper()
+	var handled atomic.Int64
+	in := start(t, cfg, Options{afterJob: func(k int) { handled.Add(int64(k)) }})
+	deadline := time.Now().Add(30 * time.Second)
+	for handled.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the processor handled %d of %d records in 30s", handled.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return in
 }

@@ -74,6 +74,13 @@ type Letter struct {
 	Omitted string
 }
 
+// omittedHeader reports whether name is one of the headers the processor
+// adds only to a letter it could not write whole: they follow its
+// error.* and source.* headers.
+func omittedHeader(name string) bool {
+	return name == pipeline.HeaderOmitted || name == pipeline.HeaderOriginalBytes
+}
+
 // Parse decodes a dead-letter record. It never fails: a record without the
 // processor's headers is a letter with an empty Reason and SourceOK false.
 func Parse(r *kgo.Record) Letter {
@@ -88,7 +95,11 @@ func Parse(r *kgo.Record) Letter {
 	drop := map[int]bool{}
 	val := map[string]string{}
 	for _, name := range processorHeaders {
-		if i, ok := last[name]; ok {
+		i, ok := last[name]
+		if ok && omittedHeader(name) && i < last[pipeline.HeaderErrorReason] {
+			ok = false // an original header of that name: the processor's come after error.reason
+		}
+		if ok {
 			drop[i] = true
 			val[name] = string(r.Headers[i].Value)
 		}

@@ -182,4 +182,11 @@ func TestParseOmittedLetter(t *testing.T) {
 	if Parse(letter{reason: "too_large"}.record(cfg)).Omitted != "" {
 		t.Fatal("a whole letter parsed as omitted")
 	}
+	// An original header of that name (before the processor's) is the
+	// original's: the letter is whole.
+	orig := letter{reason: "decode_error", key: "M-1",
+		headers: []kgo.RecordHeader{{Key: pipeline.HeaderOmitted, Value: []byte("value")}}}.record(cfg)
+	if got := Parse(orig); got.Omitted != "" || len(got.Headers) != 1 {
+		t.Fatalf("an original dlq.omitted header: omitted %q, original headers %v", got.Omitted, got.Headers)
+	}
 }

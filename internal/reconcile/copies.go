@@ -80,7 +80,7 @@ func (rc *ruleCheck) deadLetterProblem(cp *kgo.Record, in *topicData, st *pipeli
 	case orig == nil:
 		return "names a record that does not exist"
 	}
-	omitted, isOmitted := lastHeader(cp, pipeline.HeaderOmitted)
+	omitted, isOmitted := processorOmitted(cp)
 	if !isOmitted && !sameRecord(orig, cp) {
 		return "does not carry the original key and value"
 	}
@@ -101,6 +101,25 @@ func (rc *ruleCheck) deadLetterProblem(cp *kgo.Record, in *topicData, st *pipeli
 		}
 	}
 	return ""
+}
+
+// processorOmitted returns the processor's dlq.omitted header of a dead
+// letter: the last one, if it comes after the processor's error.reason
+// (an original header of that name comes before it).
+func processorOmitted(r *kgo.Record) (string, bool) {
+	reason, omitted := -1, -1
+	for i, h := range r.Headers {
+		switch h.Key {
+		case pipeline.HeaderErrorReason:
+			reason = i
+		case pipeline.HeaderOmitted:
+			omitted = i
+		}
+	}
+	if omitted < 0 || omitted < reason {
+		return "", false
+	}
+	return string(r.Headers[omitted].Value), true
 }
 
 func lastHeaderOf(hs []pipeline.Header, key string) (string, bool) {
