@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -79,12 +81,19 @@ type Store struct {
 	Wiped bool
 }
 
-// Open opens (or creates) the store in dir. A store that cannot be opened,
-// or has another format version, is removed and created empty: its content
-// comes back from the changelog.
+// Open opens (or creates) the store in dir. A store that cannot be read
+// (corrupt) or has another format version is removed and created empty: its
+// content comes back from the changelog. A store that is not the store's
+// fault is never removed: dir not a directory or not accessible, or the
+// store locked by another process using it (two replicas given the same
+// state_dir); Open then fails with the reason.
 func Open(dir string, logger *slog.Logger) (*Store, error) {
 	s := &Store{dir: dir, logger: logger}
 	db, err := s.open()
+	var keep keepError
+	if errors.As(err, &keep) {
+		return nil, fmt.Errorf("state: open store %s: %w", dir, keep.err)
+	}
 	if err != nil {
 		logger.Warn("state: local store unusable, wiping it for a full restore from the changelog", "dir", dir, "err", err)
 		if rmErr := os.RemoveAll(dir); rmErr != nil {
@@ -99,12 +108,25 @@ func Open(dir string, logger *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
+// keepError is an open error that is not the store's content: Open must not
+// wipe the directory for it.
+type keepError struct{ err error }
+
+func (e keepError) Error() string { return e.err.Error() }
+func (e keepError) Unwrap() error { return e.err }
+
 func (s *Store) open() (*pebble.DB, error) {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create dir: %w", err)
+		return nil, keepError{fmt.Errorf("create dir: %w", err)}
 	}
 	db, err := pebble.Open(s.dir, &pebble.Options{Logger: quietLogger{s.logger}, MemTableSize: memTableSize})
 	if err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held") {
+			return nil, keepError{fmt.Errorf("locked by another process (two replicas with the same state_dir?): %w", err)}
+		}
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			return nil, keepError{err}
+		}
 		return nil, err
 	}
 	v, closer, err := db.Get(versionKey)
