@@ -64,8 +64,8 @@ Exit codes: 0 clean stop, 1 failure, 2 invalid configuration.`,
 				return usageError{err}
 			}
 			if check {
-				fmt.Fprintf(cmd.OutOrStdout(), "%+v\n", cfg) // secrets are never in cfg, only their sources
-				fmt.Fprintln(cmd.OutOrStdout(), format)      // never the registry password
+				fmt.Fprintf(cmd.OutOrStdout(), "%+v\n", cfg.Redacted()) // secrets are never in cfg, only their sources; URL passwords are masked
+				fmt.Fprintln(cmd.OutOrStdout(), format)                 // never the registry password
 				return nil
 			}
 			sec, err := loadKafkaSecurity(cfgPath)

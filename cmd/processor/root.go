@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/consume"
+	"github.com/vibeline/processor/internal/deliver"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/status"
 )
@@ -43,6 +45,9 @@ func execute(args []string) int {
 	}
 	root.AddCommand(runCmd(), demoCmd(), loadgenCmd(), configCmd(), healthcheckCmd(), reconcileCmd(), replayCmd(), rulesCmd(), deliverCmd(), dlqCmd())
 	root.SetArgs(args)
+	// Cobra's own refusals (a bad flag, an unknown command, a wrong number
+	// of arguments) are usage errors, exit 2, like the configuration's.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	done := make(chan struct{})
@@ -54,10 +59,23 @@ func execute(args []string) int {
 	}
 	fmt.Fprintln(os.Stderr, "processor:", err)
 	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) || cobraUsage(err) {
 		return exitUsage
 	}
 	return exitFailed
+}
+
+// cobraUsage reports whether err is one of cobra's command-line refusals
+// that do not go through the flag error function: an unknown command, or
+// arguments a command does not take.
+func cobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command ", "accepts ", "requires at least ", "requires at most ", "requires between ", "unknown flag", "unknown shorthand flag", "invalid argument "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // shutdownGrace bounds the soft shutdown (commit the open batch, leave).
@@ -180,6 +198,7 @@ func configCmd() *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			cfg.Delivery = redactURLs(cfg.Delivery).(map[string]any) // printed as read: mask URL passwords
 			fmt.Fprintf(cmd.OutOrStdout(), "%+v\nchangelog topic: %s\ntransactional id: %s\n", cfg, cfg.ChangelogTopic(), cfg.TransactionalID())
 			return nil
 		},
@@ -187,4 +206,29 @@ func configCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cfgPath, "config", "", "YAML configuration file")
 	addConfigFlags(cmd)
 	return cmd
+}
+
+// redactURLs returns a copy of v (a configuration section as read: maps,
+// slices, scalars) with the password of every string member named url
+// masked (deliver.RedactURL).
+func redactURLs(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if s, ok := e.(string); ok && strings.EqualFold(k, "url") {
+				out[k] = deliver.RedactURL(s)
+				continue
+			}
+			out[k] = redactURLs(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = redactURLs(e)
+		}
+		return out
+	}
+	return v
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -88,6 +89,26 @@ type Topics struct {
 }
 
 // SinkConfig is one receiver.
+// Redacted returns c with any password in the sinks' URLs replaced by
+// "xxxxx" (url.URL.Redacted), for printing.
+func (c Config) Redacted() Config {
+	c.Sinks = slices.Clone(c.Sinks)
+	for i := range c.Sinks {
+		c.Sinks[i].URL = RedactURL(c.Sinks[i].URL)
+	}
+	return c
+}
+
+// RedactURL returns u with its password, if any, replaced by "xxxxx"; u
+// itself when it does not parse.
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	return p.Redacted()
+}
+
 type SinkConfig struct {
 	// Type is "webhook" or "alertmanager". Required.
 	Type string `mapstructure:"type"`

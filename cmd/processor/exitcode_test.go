@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Cobra's own refusals exit 2 (usage), like configuration errors: an
+// unknown command or flag, a bad flag value, too many arguments.
+func TestCommandLineRefusalsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, {"run", "--bogus"}, {"rules", "check", "a", "b"}, {"config", "--commit_interval=abc"}, {"dlq", "--bogus"}} {
+		if rc := execute(args); rc != exitUsage {
+			t.Errorf("processor %v: exit %d, want %d (usage)", args, rc, exitUsage)
+		}
+	}
+}
+
+// A password in a sink URL is never printed: not by `deliver --check`,
+// not by `config` (which prints the delivery section as read).
+func TestSinkURLPasswordNotPrinted(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("delivery:\n  sinks:\n    - type: webhook\n      name: hook\n      url: https://user:s3cretpw@hooks.example/x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"deliver", "--config", p, "--check"}, {"config", "--config", p}} {
+		var out bytes.Buffer
+		cmd := deliverCmd()
+		if args[0] == "config" {
+			cmd = configCmd()
+		}
+		cmd.SetOut(&out)
+		cmd.SetArgs(args[1:])
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("processor %v: %v", args, err)
+		}
+		if strings.Contains(out.String(), "s3cretpw") || !strings.Contains(out.String(), "hooks.example") {
+			t.Errorf("processor %v printed:\n%s", args, out.String())
+		}
+	}
+}
