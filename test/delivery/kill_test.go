@@ -122,6 +122,10 @@ delivery:
 	rcv.setStatus(0)
 	waitAcceptedN(t, rcv, len(batch1)+countAccepted(rcv, batch2, batch3)+1, 10*time.Second)
 	rcv.setStatus(http.StatusServiceUnavailable)
+	// Revisions to retry whatever the brief recovery delivered (it may
+	// have delivered every pending one before the receiver failed again).
+	batch4 := makeRevisions(t, "kill4", 6, 1, 2)
+	produce(t, seeds, batch4)
 	rcv.waitAnswered(t, http.StatusServiceUnavailable, ans[http.StatusServiceUnavailable]+3, 20*time.Second)
 
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -137,9 +141,9 @@ delivery:
 	second := startDeliver(t, bin, cfgPath)
 	// The new process retries against the still-down receiver.
 	rcv.waitAnswered(t, http.StatusServiceUnavailable, refusedAtKill+3, 30*time.Second)
-	checkCommitNotAhead(t, seeds, "delivery-kill", rcv, batch1, batch2, batch3)
+	checkCommitNotAhead(t, seeds, "delivery-kill", rcv, batch1, batch2, batch3, batch4)
 	rcv.setStatus(0)
-	rcv.waitAccepted(t, 30*time.Second, batch1, batch2, batch3)
+	rcv.waitAccepted(t, 30*time.Second, batch1, batch2, batch3, batch4)
 	waitCommitted(t, seeds, "delivery-kill", alertsTopic, 15*time.Second)
 
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -155,13 +159,13 @@ delivery:
 	}
 
 	acc, order, _, repeats := rcv.snapshot()
-	all := len(batch1) + len(batch2) + len(batch3)
+	all := len(batch1) + len(batch2) + len(batch3) + len(batch4)
 	t.Logf("kill -9: %d keys delivered, %d repeats of an idempotency key (redelivered after the kill)", len(acc), repeats)
 	if len(acc) != all {
 		t.Errorf("%d distinct keys delivered, want %d", len(acc), all)
 	}
 	known := map[string]bool{}
-	for _, b := range [][]revision{batch1, batch2, batch3} {
+	for _, b := range [][]revision{batch1, batch2, batch3, batch4} {
 		for _, r := range b {
 			known[r.key] = true
 			if acc[r.key] == 0 {
@@ -174,7 +178,7 @@ delivery:
 			t.Errorf("unknown key %s delivered", k)
 		}
 	}
-	checkOrder(t, order, expectedOrder(batch1, batch2, batch3))
+	checkOrder(t, order, expectedOrder(batch1, batch2, batch3, batch4))
 	if rcv.badSig != 0 {
 		t.Errorf("%d requests with a wrong signature", rcv.badSig)
 	}
