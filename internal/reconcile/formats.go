@@ -39,6 +39,27 @@ type formats struct {
 	alertDec *avro.AlertDecoder // nil: alerts are JSON
 }
 
+// rulesAndFormats compiles cfg's rules and builds their formats
+// (newFormats), checking the registry's base URL when there is one
+// (avro.Client.CheckBase): a wrong URL stops the run rather than make every
+// schema id "not found".
+func rulesAndFormats(ctx context.Context, cfg config.Config) ([]*rules.Compiled, *formats, error) {
+	rs, err := cfg.Rules()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reconcile: %w", err)
+	}
+	fm, err := newFormats(cfg, rs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if fm.reg != nil {
+		if err := fm.reg.Client().CheckBase(ctx); err != nil {
+			return nil, nil, fmt.Errorf("reconcile: %w", err)
+		}
+	}
+	return rs, fm, nil
+}
+
 // newFormats builds the decoders of cfg.Sources and the registry client
 // for the rules rs (no I/O). The decoders are the processor's
 // (avro.SourceDecoder, as internal/consume builds them).

@@ -152,18 +152,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// outputs (rules.go). The checks below are those of the rule: block.
 		return runRules(ctx, o)
 	}
-	rs, err := cfg.Rules()
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: %w", err)
-	}
-	fm, err := newFormats(cfg, rs)
+	rs, fm, err := rulesAndFormats(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	if fm.reg != nil {
-		if err := fm.reg.Client().CheckBase(ctx); err != nil {
-			return nil, fmt.Errorf("reconcile: %w", err)
-		}
 	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
 	group, err := groupPositions(ctx, o)

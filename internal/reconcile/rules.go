@@ -107,18 +107,9 @@ func runRules(ctx context.Context, o Options) (*Report, error) {
 	if o.Recompute && (!o.From.IsZero() || !o.To.IsZero()) {
 		return nil, errors.New("reconcile: --recompute checks the whole log; it takes no time range")
 	}
-	rs, err := cfg.Rules()
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: %w", err)
-	}
-	fm, err := newFormats(cfg, rs)
+	rs, fm, err := rulesAndFormats(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	if fm.reg != nil {
-		if err := fm.reg.Client().CheckBase(ctx); err != nil {
-			return nil, fmt.Errorf("reconcile: %w", err)
-		}
 	}
 	rep := &Report{Partitions: map[int32]pipeline.Accounting{}}
 	group, err := groupPositions(ctx, o)
