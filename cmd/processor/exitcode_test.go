@@ -18,6 +18,22 @@ func TestCommandLineRefusalsAreUsageErrors(t *testing.T) {
 	}
 }
 
+// A configuration whose rules cannot be loaded is a usage error too, for
+// every command that reads it (it used to surface in run as exit 1).
+func TestBadRulesFileIsAUsageError(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.yaml")
+	p := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(p, []byte("rules_file: "+missing+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run", "--config", p}, {"config", "--config", p}, {"replay", "--config", p}, {"reconcile", "--config", p}} {
+		if rc := execute(args); rc != exitUsage {
+			t.Errorf("processor %v: exit %d, want %d (usage)", args, rc, exitUsage)
+		}
+	}
+}
+
 // A password in a sink URL is never printed: not by `deliver --check`,
 // not by `config` (which prints the delivery section as read).
 func TestSinkURLPasswordNotPrinted(t *testing.T) {

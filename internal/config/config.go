@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -244,6 +245,9 @@ type Rule struct {
 	Description string `mapstructure:"description"`
 }
 
+// DefaultMaxFutureSkew is rule.max_future_skew's default, SPEC's 5 minutes.
+const DefaultMaxFutureSkew = 5 * time.Minute
+
 // Default returns the configuration with every default filled in.
 func Default() Config {
 	host, _ := os.Hostname()
@@ -280,7 +284,7 @@ func Default() Config {
 			WatermarkDelay:  30 * time.Second,
 			AllowedLateness: 10 * time.Minute,
 			DedupHorizon:    time.Hour,
-			MaxFutureSkew:   5 * time.Minute,
+			MaxFutureSkew:   DefaultMaxFutureSkew,
 			Description:     "high-vibration events",
 		},
 		Kafka: kafkasec.Default(),
@@ -385,6 +389,9 @@ func (c Config) Validate() error {
 	if r.Threshold < 1 || r.Threshold > 1000 {
 		bad("rule.threshold", r.Threshold, "an integer from 1 to 1000")
 	}
+	if math.IsNaN(r.MinValue) || math.IsInf(r.MinValue, 0) {
+		bad("rule.min_value", r.MinValue, "a finite number (mm/s), such as 7.1")
+	}
 	if r.Window < time.Millisecond || r.Window > 30*24*time.Hour {
 		bad("rule.window", r.Window, "a duration from 1ms to 720h")
 	}
@@ -400,8 +407,8 @@ func (c Config) Validate() error {
 	if r.DedupHorizon <= r.Window+r.AllowedLateness || r.DedupHorizon > 90*24*time.Hour {
 		bad("rule.dedup_horizon", r.DedupHorizon, fmt.Sprintf("a duration greater than rule.window + rule.allowed_lateness (%s) and at most 2160h", r.Window+r.AllowedLateness))
 	}
-	if r.MaxFutureSkew < 0 || r.MaxFutureSkew > 30*24*time.Hour {
-		bad("rule.max_future_skew", r.MaxFutureSkew, "a duration from 0s to 720h")
+	if r.MaxFutureSkew < time.Millisecond || r.MaxFutureSkew > 30*24*time.Hour {
+		bad("rule.max_future_skew", r.MaxFutureSkew, "a duration from 1ms to 720h")
 	}
 	if r.Description == "" {
 		bad("rule.description", r.Description, "a non-empty phrase such as \"high-vibration events\"")

@@ -73,6 +73,12 @@ func TestInvalidConfigNamesKeyValueAndValid(t *testing.T) {
 		{"rule:\n  treshold: 3\n", []string{"treshold"}},
 		{"commit_interval: soon\n", []string{"commit_interval"}},
 		{"rule:\n  quality: great\n", []string{"rule.quality", `"great"`, "good"}},
+		{"rule:\n  min_value: .nan\n", []string{"rule.min_value", "NaN", "finite"}},
+		{"rule:\n  min_value: .inf\n", []string{"rule.min_value", "finite"}},
+		{"rule:\n  max_future_skew: 0s\n", []string{"rule.max_future_skew", "1ms to 720h"}},
+		{"commit_interval: soon\n", []string{"commit_interval", `"soon"`, "such as 100ms"}},
+		{"rule:\n  window: 120\n", []string{"rule.window", "120", "with a unit"}},
+		{"rules_file: /nonexistent/rules.yaml\n", []string{"rules_file", "/nonexistent/rules.yaml"}},
 	}
 	for _, c := range cases {
 		path := filepath.Join(t.TempDir(), "c.yaml")

@@ -49,7 +49,7 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	}
 	var c Config
 	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		mapstructure.StringToTimeDurationHookFunc(),
+		durationHook,
 		mapstructure.StringToSliceHookFunc(","),
 	)))
 	if err != nil {
@@ -58,7 +58,39 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
+	// The rules too: a missing or invalid rules_file is a configuration
+	// error like any other, found before anything connects to Kafka.
+	if _, err := c.Rules(); err != nil {
+		return Config{}, err
+	}
 	return c, nil
+}
+
+// durationHook decodes a duration setting: a string such as "30s" or
+// "1h30m" (time.ParseDuration). A plain number other than 0 is refused
+// rather than read as nanoseconds, and a bad string is named with the
+// format that is wanted; mapstructure prefixes the key.
+func durationHook(_, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() {
+		return data, nil
+	}
+	const want = "want a number with a unit (ns, us, ms, s, m, h), such as 100ms, 30s, 5m or 1h30m"
+	switch x := data.(type) {
+	case string:
+		d, err := time.ParseDuration(strings.TrimSpace(x))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration: %s", x, want)
+		}
+		return d, nil
+	case time.Duration:
+		return x, nil
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		if reflect.ValueOf(x).IsZero() {
+			return time.Duration(0), nil
+		}
+		return nil, fmt.Errorf("%v is not a duration: %s", x, want)
+	}
+	return data, nil
 }
 
 // Keys lists every configuration key with its default, for documentation

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/vibeline/processor/internal/rules"
 )
@@ -66,4 +69,21 @@ func (c Config) ChangelogFor(r *rules.Compiled) string {
 // <group_id>.<rule id>.v<rule version>.repartition.
 func (c Config) RepartitionFor(r *rules.Compiled) string {
 	return fmt.Sprintf("%s.%s.v%d.repartition", c.GroupID, r.Rule.ID, r.Rule.Version)
+}
+
+// StateHash returns the hash stored with a rule's state (and compared at
+// start-up, so that a changed definition is refused rather than mixed with
+// the state of the old one): the rule's own hash (rules.Hash) when
+// rule.max_future_skew has its default, else a digest of that hash and the
+// skew. rule.max_future_skew is one setting for every rule, outside the
+// rule schema, but it decides which records are clock_ahead, so it shapes
+// every rule's results; the default leaves the hash of a rule unchanged
+// (states written before the skew was hashed keep theirs).
+func (c Config) StateHash(r *rules.Compiled) string {
+	skew := c.Rule.MaxFutureSkew
+	if skew == DefaultMaxFutureSkew {
+		return r.Hash
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\nmax_future_skew_ms=%d", r.Hash, skew/time.Millisecond))
+	return hex.EncodeToString(sum[:])
 }

@@ -115,9 +115,9 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}
 	stored := string(h)
-	if stored != "" && stored != t.rule.Hash {
-		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s; bump the rule's version and replay (processor replay), or restore the old definition",
-			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.rule.Hash)
+	if stored != "" && stored != t.hash {
+		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); bump the rule's version and replay (processor replay), or restore the old definition",
+			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.hash)
 	}
 	err = t.store.Scan(p, func(name, value []byte) error {
 		switch {
@@ -223,7 +223,7 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 			out = append(out, clEntry{rp, []byte(changelogExtra), rp.win.EncodeExtra()})
 		}
 		if !rp.hashOK {
-			out = append(out, clEntry{rp, []byte(changelogHash), []byte(rp.t.rule.Hash)})
+			out = append(out, clEntry{rp, []byte(changelogHash), []byte(rp.t.hash)})
 		}
 		acct, err := jsonMarshal(rp.batchAcct)
 		if err != nil {

@@ -141,6 +141,7 @@ func newRuleMetrics(m *metrics.Metrics, tasks []*task) (ruleMetrics, error) {
 // repartition topic when the rule is repartitioned.
 type task struct {
 	rule    *rules.Compiled
+	hash    string // stored with the state: config.StateHash
 	stage   *pipeline.Stage
 	ns      string // "<rule id>.v<version>": the rule's name in commit metadata
 	input   string // the topic whose records feed the rule's state
@@ -259,6 +260,7 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 	for _, r := range rs {
 		t := &task{
 			rule:   r,
+			hash:   p.cfg.StateHash(r),
 			ns:     fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version),
 			input:  r.Rule.Source,
 			cl:     p.cfg.ChangelogFor(r),
@@ -425,7 +427,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("consume: start (kafka %v): %w", p.cfg.Brokers, err)
 	}
 	for _, t := range p.tasks {
-		p.log.Info("processor rule", "rule", t.rule.Rule.ID, "rule_version", t.rule.Rule.Version, "hash", t.rule.Hash[:16],
+		p.log.Info("processor rule", "rule", t.rule.Rule.ID, "rule_version", t.rule.Rule.Version, "hash", t.hash[:16],
 			"input", t.input, "source", t.rule.Rule.Source, "changelog", t.cl, "alerts", t.alerts)
 	}
 	p.log.Info("processor started", "group", p.cfg.GroupID, "instance", p.cfg.InstanceID,

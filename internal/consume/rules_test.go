@@ -292,22 +292,30 @@ func TestChangedRuleWithSameVersionRefused(t *testing.T) {
 
 	changed := cfg
 	changed.Rule.Threshold = 4 // same id, same version
-	for _, wipe := range []bool{false, true} {
-		if wipe {
+	// rule.max_future_skew is outside the rule but decides what is
+	// clock_ahead: a changed skew is a changed definition too.
+	skewed := cfg
+	skewed.Rule.MaxFutureSkew = 10 * time.Minute
+	for _, c := range []struct {
+		name string
+		cfg  config.Config
+		wipe bool
+	}{{"skew", skewed, false}, {"threshold", changed, false}, {"threshold", changed, true}} {
+		if c.wipe {
 			if err := os.RemoveAll(cfg.StateDir); err != nil {
 				t.Fatal(err)
 			}
 		}
-		in := start(t, changed, Options{})
+		in := start(t, c.cfg, Options{})
 		select {
 		case err := <-in.done:
 			if !errors.Is(err, ErrRuleChanged) || !strings.Contains(err.Error(), "bump the rule's version") {
-				t.Fatalf("wipe=%v: stopped with %v, want ErrRuleChanged", wipe, err)
+				t.Fatalf("%s, wipe=%v: stopped with %v, want ErrRuleChanged", c.name, c.wipe, err)
 			}
-			t.Logf("wipe=%v: %v", wipe, err)
+			t.Logf("%s, wipe=%v: %v", c.name, c.wipe, err)
 		case <-time.After(30 * time.Second):
 			in.cancel()
-			t.Fatalf("wipe=%v: the changed rule was not refused within 30s", wipe)
+			t.Fatalf("%s, wipe=%v: the changed rule was not refused within 30s", c.name, c.wipe)
 		}
 	}
 	// The same rule with its version bumped starts (from its own, empty
