@@ -34,6 +34,35 @@ func TestBadRulesFileIsAUsageError(t *testing.T) {
 	}
 }
 
+// `rules check --config` with an invalid rules_file reports every problem
+// of every rule (the configuration's own Load would stop at the first
+// error message), and exits 2.
+func TestRulesCheckConfigReportsTheRules(t *testing.T) {
+	dir := t.TempDir()
+	rf := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rf, []byte("rules:\n  - id: r1\n    version: 1\n    source: in\n    filter: 'value >= '\n    window: {type: tumbling, size: 1m}\n    aggregate: {fn: max, field: value}\n    threshold: agg >= 3\n    outputs: {alerts: out}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(p, []byte("rules_file: "+rf+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := rulesCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"check", "--config", p})
+	err := cmd.Execute()
+	if _, usage := err.(usageError); !usage {
+		t.Fatalf("rules check: %v, want a usage error", err)
+	}
+	for _, w := range []string{"1 rule, 1 problem", "column 9", "r1 v1 (line 2), hash"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("rules check printed no %q:\n%s", w, out.String())
+		}
+	}
+}
+
 // A password in a sink URL is never printed: not by `deliver --check`,
 // not by `config` (which prints the delivery section as read).
 func TestSinkURLPasswordNotPrinted(t *testing.T) {

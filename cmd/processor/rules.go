@@ -34,7 +34,7 @@ Exit code 0 when every rule is valid, 2 otherwise.`,
 			if len(args) == 1 {
 				path = args[0]
 			} else {
-				cfg, err := config.Load(cfgPath, nil)
+				cfg, err := config.LoadSettings(cfgPath, nil) // the rules are checked below
 				if err != nil {
 					return usageError{err}
 				}

@@ -19,8 +19,24 @@ const EnvPrefix = "PROCESSOR"
 // defaults, the YAML file at path (optional; "" for none), the environment
 // (PROCESSOR_*) and the flags in fs that were set (flag names are the keys,
 // for example --rule.threshold). Unknown keys in the file are errors, so a
-// typo never silently falls back to a default. The result is validated.
+// typo never silently falls back to a default. The result is validated,
+// its rules (Rules) included.
 func Load(path string, fs *pflag.FlagSet) (Config, error) {
+	c, err := LoadSettings(path, fs)
+	if err != nil {
+		return Config{}, err
+	}
+	// The rules too: a missing or invalid rules_file is a configuration
+	// error like any other, found before anything connects to Kafka.
+	if _, err := c.Rules(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// LoadSettings is Load without loading the rules: for `processor rules
+// check`, which reports on the rules itself.
+func LoadSettings(path string, fs *pflag.FlagSet) (Config, error) {
 	v := viper.New()
 	def := Default()
 	for key, val := range flatten(reflect.ValueOf(def), "") {
@@ -56,11 +72,6 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	// The rules too: a missing or invalid rules_file is a configuration
-	// error like any other, found before anything connects to Kafka.
-	if _, err := c.Rules(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
