@@ -385,6 +385,11 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 			return err
 		}
 		stores = append(stores, st)
+		// state_dir is not namespaced by group_id: a store left by another
+		// group's processor is dropped, not trusted.
+		if _, err := st.Claim(t.cl); err != nil {
+			return fmt.Errorf("consume: rule %s: %w", t.ns, err)
+		}
 		t.store = st
 		t.restore = &changelogReader{topic: t.cl, opts: p.baseOpts()}
 		manual[t.cl] = true

@@ -23,6 +23,9 @@ const FormatVersion = 1
 // Key layout (all integers big-endian):
 //
 //	"v"                                  -> FormatVersion as 1 byte
+//	"o"                                  -> the owner (Claim): the changelog topic the
+//	                                        store mirrors; absent in stores written
+//	                                        before owners were recorded
 //	"p" | partition u32 | "c"            -> changelog checkpoint: next changelog offset, i64
 //	"p" | partition u32 | "s" | name     -> one changelog entry: name is the changelog
 //	                                        record key (e.g. "k<machine>", "m", "a"), value
@@ -32,6 +35,8 @@ const FormatVersion = 1
 // changelog's latest committed record for that key (in that partition) is
 // not a tombstone.
 var versionKey = []byte("v")
+
+var ownerKey = []byte("o")
 
 // memTableSize is Pebble's memtable size. Every commit rewrites the state
 // entries its batch changed, so most entries are overwritten within
@@ -218,6 +223,40 @@ func (s *Store) Get(p int32, name []byte) ([]byte, error) {
 	}
 	defer closer.Close()
 	return bytes.Clone(v), nil
+}
+
+// Claim records owner (the changelog topic the store mirrors) in the
+// store. When the store was claimed before by another owner, for example a
+// processor of another group_id given the same state_dir, its partitions'
+// state and checkpoints are dropped first (the caller restores them from
+// its own changelog) and Claim reports true: a checkpoint of another
+// changelog could equal a position of this one by chance and be trusted.
+// A store without an owner (written before owners were recorded, or new)
+// is claimed as it is.
+func (s *Store) Claim(owner string) (dropped bool, err error) {
+	v, closer, err := s.db.Get(ownerKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return false, fmt.Errorf("state: read owner: %w", err)
+	default:
+		same := string(v) == owner
+		prev := string(v)
+		closer.Close()
+		if same {
+			return false, nil
+		}
+		s.logger.Warn("state: the local store mirrors another changelog; dropping it for a full restore from this one",
+			"dir", s.dir, "store_changelog", prev, "changelog", owner)
+		if err := s.db.DeleteRange([]byte("p"), []byte("q"), pebble.Sync); err != nil {
+			return false, fmt.Errorf("state: drop the state of %s: %w", prev, err)
+		}
+		dropped = true
+	}
+	if err := s.db.Set(ownerKey, []byte(owner), pebble.Sync); err != nil {
+		return dropped, fmt.Errorf("state: write owner: %w", err)
+	}
+	return dropped, nil
 }
 
 // Drop deletes all of partition p's state and its checkpoint.
