@@ -31,7 +31,21 @@ const (
 	HeaderSourcePart        = "source.partition"
 	HeaderSourceOffset      = "source.offset"
 	HeaderSourceTS          = "source.timestamp"
+	// Of a dead letter too large to be written whole (MaxDeadLetterBytes):
+	// what was left out ("value", "value,key" or "value,key,headers", the
+	// original headers) and the full letter's size (key, value, headers).
+	HeaderOmitted       = "delivery.omitted"
+	HeaderOriginalBytes = "delivery.original_bytes"
 )
+
+// MaxDeadLetterBytes bounds a delivery dead letter's key, value and
+// headers, as the processor bounds its own (990,000 bytes, under the
+// producer's 1,000,012-byte batch limit): a revision near that size plus
+// the letter's headers would not fit, its produce would fail on every
+// retry and the partition would stall. Such a letter is written without its
+// value (then key, then original headers) and says so (HeaderOmitted); the
+// revision stays in the alerts topic at source.offset.
+const MaxDeadLetterBytes = 990_000
 
 // maxDetail bounds the delivery.detail header.
 const maxDetail = 512
@@ -55,6 +69,42 @@ type DeadLetter struct {
 // DeadLetterFunc writes one dead letter durably (the delivery DLQ topic);
 // nil means written. Lanes retry it until it succeeds or they stop.
 type DeadLetterFunc func(ctx context.Context, dl DeadLetter) error
+
+// Fit returns the key, value and headers of the dead letter's record:
+// the original key and value with Headers, or, when those exceed
+// MaxDeadLetterBytes, without the value (then the key, then the original
+// headers), with HeaderOmitted and HeaderOriginalBytes added.
+func (dl DeadLetter) Fit() (key, value []byte, hs []Header) {
+	key, value, hs = dl.Record.Key, dl.Record.Value, dl.Headers()
+	size := len(key) + len(value) + headersBytes(hs)
+	if size <= MaxDeadLetterBytes {
+		return key, value, hs
+	}
+	omitted := "value"
+	value = nil
+	if len(key)+headersBytes(hs) > MaxDeadLetterBytes-100 {
+		omitted, key = "value,key", nil
+	}
+	if headersBytes(hs) > MaxDeadLetterBytes-100 {
+		omitted = "value,key,headers"
+		own := dl
+		own.Record.Headers = nil
+		hs = own.Headers()
+	}
+	hs = append(hs, Header{HeaderOmitted, []byte(omitted)},
+		Header{HeaderOriginalBytes, strconv.AppendInt(nil, int64(size), 10)})
+	return key, value, hs
+}
+
+// headersBytes is about the encoded size of headers in a record: their
+// bytes and, per header, its two length varints (at most 10 bytes).
+func headersBytes(hs []Header) int {
+	n := 0
+	for _, h := range hs {
+		n += len(h.Key) + len(h.Value) + 10
+	}
+	return n
+}
 
 // Headers are the record headers of the dead letter: the original headers,
 // then delivery.sink, delivery.reason, delivery.detail, delivery.attempts,

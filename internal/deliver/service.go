@@ -337,12 +337,12 @@ func (s *Service) refreshEnds(ctx context.Context) {
 // deadLetter writes one dead letter to the delivery DLQ topic and waits
 // for Kafka's acknowledgement.
 func (s *Service) deadLetter(ctx context.Context, dl DeadLetter) error {
-	hs := dl.Headers()
+	key, value, hs := dl.Fit()
 	kh := make([]kgo.RecordHeader, len(hs))
 	for i, h := range hs {
 		kh[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 	}
-	rec := &kgo.Record{Topic: s.cfg.Topics.DLQ, Key: dl.Record.Key, Value: dl.Record.Value, Headers: kh}
+	rec := &kgo.Record{Topic: s.cfg.Topics.DLQ, Key: key, Value: value, Headers: kh}
 	if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("deliver: produce to %s: %w", s.cfg.Topics.DLQ, err)
 	}
