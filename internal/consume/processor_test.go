@@ -458,6 +458,45 @@ func TestVersionBumpWithoutReplayStartsFromTheGroupsOffsets(t *testing.T) {
 	}
 }
 
+// A rule version that starts from the group's offsets (no accounting of
+// its own yet) rewinds, after an aborted batch, to where it was restored,
+// not to the start of the topic: in both modes the new version counts the
+// records after the group's offsets, once.
+func TestAbortAfterAVersionBumpRewindsToTheGroupsOffsets(t *testing.T) {
+	for _, mode := range []string{config.ExactlyOnce, config.AtLeastOnce} {
+		t.Run(mode, func(t *testing.T) {
+			seeds := newCluster(t)
+			cfg := testConfig(seeds, t.TempDir(), "bumpabort")
+			cfg.Mode = mode
+			log := pipeline.Log{}
+			recs := simRecords(4000, 7)
+			produce(t, seeds, cfg.Topics.Input, recs[:2000], log)
+			in := start(t, cfg, Options{})
+			waitConsumed(t, seeds, cfg, log)
+			in.stop(t)
+			cfg2 := cfg
+			cfg2.Rule.Version = 2
+			produce(t, seeds, cfg.Topics.Input, recs[2000:], log)
+			var aborted atomic.Int64
+			in2 := start(t, cfg2, Options{AbortBatch: func() bool {
+				return aborted.Add(1) == 1 // the new version's first batch
+			}})
+			waitConsumed(t, seeds, cfg2, log)
+			in2.stop(t)
+			if aborted.Load() == 0 {
+				t.Fatal("no batch was aborted")
+			}
+			var v2 int64
+			for _, a := range latestAccounting(t, seeds, cfg2) {
+				v2 += a.Records
+			}
+			if v2 != 2000 {
+				t.Errorf("version 2 counted %d records, want the 2000 after the group's offsets", v2)
+			}
+		})
+	}
+}
+
 // An older version's "v1 cl=<n>" of one rule is read as the rule's only if
 // its changelog holds that position: one beyond it is another version's,
 // and the rule starts from the group's offsets (a warning), never waiting.
