@@ -177,6 +177,7 @@ type letter struct {
 	offset    int64 // source offset
 	key       string
 	headers   []kgo.RecordHeader // original headers
+	omitted   bool               // written without its value (dlq.omitted)
 }
 
 // value is the (recognisable) value of a test letter.
@@ -198,8 +199,14 @@ func (l letter) record(cfg config.Config) *kgo.Record {
 		kgo.RecordHeader{Key: pipeline.HeaderSourceOffset, Value: []byte(strconv.FormatInt(l.offset, 10))},
 		kgo.RecordHeader{Key: pipeline.HeaderSourceTimestamp, Value: []byte(strconv.FormatInt(l.sourceTime().UnixMilli(), 10))},
 	)
+	value := l.value()
+	if l.omitted {
+		value = nil
+		hs = append(hs, kgo.RecordHeader{Key: pipeline.HeaderOmitted, Value: []byte("value")},
+			kgo.RecordHeader{Key: pipeline.HeaderOriginalBytes, Value: []byte("995000")})
+	}
 	// Spread over both DLQ partitions by source partition.
-	return &kgo.Record{Topic: cfg.Topics.DLQ, Partition: l.partition % 2, Key: []byte(l.key), Value: l.value(), Headers: hs}
+	return &kgo.Record{Topic: cfg.Topics.DLQ, Partition: l.partition % 2, Key: []byte(l.key), Value: value, Headers: hs}
 }
 
 // produceLetters writes letters to the dead-letter topic the way the

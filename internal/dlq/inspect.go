@@ -93,6 +93,9 @@ type Summary struct {
 	// ReplayedBefore counts selected letters that are replays which failed
 	// again (they carry dlq.replayed).
 	ReplayedBefore int `json:"replayed_before"`
+	// Omitted counts selected letters written without their value
+	// (dlq.omitted: the record was too large); dlq replay skips them.
+	Omitted int `json:"omitted"`
 	// ByReason counts selected letters by error.reason ("(none)" without).
 	ByReason map[string]int `json:"by_reason"`
 	// BySource counts selected letters by "<source topic>/<partition>"
@@ -160,6 +163,9 @@ func (s *Summary) add(l Letter, samples int) {
 	if l.Replayed() {
 		s.ReplayedBefore++
 	}
+	if l.Omitted != "" {
+		s.Omitted++
+	}
 	s.SourceTime.add(l.Time())
 	s.DeadLettered.add(l.Timestamp)
 	if samples == 0 {
@@ -196,6 +202,9 @@ func (s *Summary) String() string {
 	}
 	fmt.Fprintf(&b, "original record time: %s\ndead-lettered:        %s\n", s.SourceTime, s.DeadLettered)
 	fmt.Fprintf(&b, "replays that failed again (dlq.replayed): %d\n", s.ReplayedBefore)
+	if s.Omitted > 0 {
+		fmt.Fprintf(&b, "written without their value (dlq.omitted; dlq replay skips them, re-inject their originals from source.offset): %d\n", s.Omitted)
+	}
 	b.WriteString("by reason:\n")
 	writeCounts(&b, s.ByReason)
 	b.WriteString("by source partition:\n")

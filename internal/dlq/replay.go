@@ -95,6 +95,11 @@ type Report struct {
 	Examined int
 	// Replayed and Skipped count them by reason.
 	Replayed, Skipped map[string]int
+	// Omitted counts the skipped letters that the selection chose but that
+	// were written without their value (dlq.omitted): they cannot be
+	// replayed from the DLQ; their originals are in the source topic at
+	// source.offset.
+	Omitted int
 	// Transactions counts committed transactions, Aborted the ones the
 	// group aborted (a rebalance) and that were redone.
 	Transactions, Aborted int
@@ -140,7 +145,10 @@ func (r *Report) String() string {
 	for _, reason := range slices.Sorted(maps.Keys(r.Skipped)) {
 		fmt.Fprintf(&b, "  skipped %s: %d\n", reason, r.Skipped[reason])
 	}
-	if r.SkippedTotal() > 0 && !r.DryRun {
+	if r.Omitted > 0 {
+		fmt.Fprintf(&b, "%d selected letters were written without their value (dlq.omitted: the record was too large) and cannot be replayed from here: re-inject their originals from the source topic at source.offset (processor dlq inspect lists them)\n", r.Omitted)
+	}
+	if r.SkippedTotal() > r.Omitted && !r.DryRun {
 		fmt.Fprintf(&b, "skipped letters count as examined by group %s: replay them later with another --group\n", r.Group)
 	}
 	return b.String()
@@ -218,7 +226,7 @@ func Replay(ctx context.Context, o ReplayOptions) (*Report, error) {
 				return
 			}
 			rep.Examined++
-			count(rep, l, ok)
+			count(rep, o.Selection, l, ok)
 		})
 		return rep, cmp.Or(chooseErr, err)
 	}
@@ -260,12 +268,15 @@ func Replay(ctx context.Context, o ReplayOptions) (*Report, error) {
 }
 
 // count adds one examined letter to the report.
-func count(rep *Report, l Letter, replayed bool) {
+func count(rep *Report, sel Selection, l Letter, replayed bool) {
 	reason := cmp.Or(l.Reason, noReason)
 	if replayed {
 		rep.Replayed[reason]++
-	} else {
-		rep.Skipped[reason]++
+		return
+	}
+	rep.Skipped[reason]++
+	if l.Omitted != "" && sel.Match(l) {
+		rep.Omitted++
 	}
 }
 
@@ -396,6 +407,7 @@ func (r *replayer) run(ctx context.Context) error {
 		for k, v := range stats.Skipped {
 			r.rep.Skipped[k] += v
 		}
+		r.rep.Omitted += stats.Omitted
 		batch++
 		r.pauseDone()
 	}
@@ -426,7 +438,7 @@ func (r *replayer) transact(ctx context.Context, batch int, recs []*kgo.Record, 
 			return abort(err)
 		}
 		stats.Examined++
-		count(stats, l, ok)
+		count(stats, r.o.Selection, l, ok)
 		if ok {
 			r.sess.Produce(ctx, l.ReplayRecord(r.o.ToTopic), promise.Promise())
 		}

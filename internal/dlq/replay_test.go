@@ -428,6 +428,38 @@ func TestReplayedRecordsProcessedAfterAFix(t *testing.T) {
 	}
 }
 
+// A letter written without its value (dlq.omitted) is counted apart by
+// inspect and skipped by replay, whose report says where its original is
+// instead of suggesting to replay it later.
+func TestOmittedLettersAreSingledOut(t *testing.T) {
+	cfg := newCluster(t)
+	ls := someLetters(6, "too_large", "decode_error")
+	ls[0].omitted, ls[2].omitted = true, true // two of the three too_large
+	produceLetters(t, cfg, ls, nil)
+	sum, err := Inspect(context.Background(), InspectOptions{Config: cfg, Samples: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Omitted != 2 || !strings.Contains(sum.String(), "written without their value") {
+		t.Fatalf("inspect: omitted %d, want 2:\n%s", sum.Omitted, sum)
+	}
+	target := "vibration.events.fixed"
+	createTopic(t, cfg, target, 3)
+	for _, dry := range []bool{true, false} {
+		rep, err := Replay(context.Background(), ReplayOptions{Config: cfg, ToTopic: target, DryRun: dry, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Omitted != 2 || rep.ReplayedTotal() != 4 || rep.SkippedTotal() != 2 {
+			t.Fatalf("dry=%v: %+v, want 4 replayed and 2 omitted skipped", dry, rep)
+		}
+		out := rep.String()
+		if !strings.Contains(out, "2 selected letters were written without their value") || strings.Contains(out, "replay them later") {
+			t.Fatalf("dry=%v: report:\n%s", dry, out)
+		}
+	}
+}
+
 func TestReplayRefusesLiveMembers(t *testing.T) {
 	cfg := newCluster(t)
 	produceLetters(t, cfg, someLetters(2, "decode_error"), nil)
