@@ -1541,12 +1541,25 @@ func (p *Processor) restorePartition(ctx context.Context, t *task, id int32, tar
 		var old [][]byte
 		if target > 0 {
 			live := map[string]bool{}
+			var hash []byte
 			err := t.restore.Read(ctx, id, 0, target, func(rec state.ChangelogRecord) error {
 				live[string(rec.Key)] = rec.Value != nil
+				if string(rec.Key) == changelogHash {
+					hash = bytes.Clone(rec.Value)
+				}
 				return nil
 			})
 			if err != nil {
 				return nil, err
+			}
+			// The history is deleted, not loaded, but it names the
+			// definition that wrote this version's alerts so far: a
+			// changed rule must not add alerts of another definition
+			// under the same ids (the group's offsets expired or were
+			// deleted, the rule edited without a version bump).
+			if len(hash) > 0 && string(hash) != t.hash {
+				return nil, fmt.Errorf("%w: %w: rule %s version %d: the earlier history of changelog %s (partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); bump the rule's version and replay (processor replay), or restore the old definition",
+					errFatal, ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, id, hash, t.hash)
 			}
 			for k, ok := range live {
 				if ok {

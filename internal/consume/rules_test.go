@@ -278,6 +278,44 @@ func waitRepartitioned(t *testing.T, seeds []string, group, topic string) {
 	kafkatest.WaitCommitted(t, seeds, group, topic, last, 60*time.Second)
 }
 
+// A changed rule is refused also when the group's offsets are gone
+// (expired or deleted): the partitions start from scratch, and the
+// changelog's earlier history, which they delete rather than load, still
+// names the definition that wrote the alerts so far.
+func TestChangedRuleRefusedAfterTheGroupsOffsetsAreGone(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "scr")
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, simRecords(2000, 7), log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteGroup(context.Background(), cfg.GroupID); err != nil {
+		t.Fatal(err)
+	}
+	changed := cfg
+	changed.Rule.Threshold = 4 // same id, same version
+	in2 := start(t, changed, Options{})
+	select {
+	case err := <-in2.done:
+		if !errors.Is(err, ErrRuleChanged) || !strings.Contains(err.Error(), "earlier history") {
+			t.Fatalf("stopped with %v, want ErrRuleChanged", err)
+		}
+	case <-time.After(30 * time.Second):
+		in2.cancel()
+		t.Fatal("the changed rule ran from scratch instead of being refused")
+	}
+	// The unchanged rule starts from scratch as before.
+	in3 := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in3.stop(t)
+}
+
 // A rule changed without a version bump is refused: its stored state (in
 // the local store, and in the changelog when the store is gone) carries
 // the hash of the definition that wrote it.
