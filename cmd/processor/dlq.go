@@ -66,7 +66,7 @@ key, error detail, source position and the value, escaped to printable text
 and cut at 200 bytes. --from/--to select by the original record's timestamp
 ([from, to), RFC 3339). It only reads.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(cfgPath, cmd.Flags())
+			cfg, err := config.LoadSettings(cfgPath, cmd.Flags()) // the DLQ commands use no rule
 			if err != nil {
 				return usageError{err}
 			}
@@ -133,7 +133,7 @@ letters skipped by an earlier selection should be examined again; --reset
 --confirm-reset re-examines the whole topic with the same group, replaying
 again what was replayed before. Always start with --dry-run.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(cfgPath, cmd.Flags())
+			cfg, err := config.LoadSettings(cfgPath, cmd.Flags()) // the DLQ commands use no rule
 			if err != nil {
 				return usageError{err}
 			}

@@ -31,17 +31,18 @@ Exit code 0 when every rule is valid, 2 otherwise.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := ""
+			var cfg *config.Config // when the rules come from a configuration
 			if len(args) == 1 {
 				path = args[0]
 			} else {
-				cfg, err := config.LoadSettings(cfgPath, nil) // the rules are checked below
+				c, err := config.LoadSettings(cfgPath, nil) // the rules are checked below
 				if err != nil {
 					return usageError{err}
 				}
-				if cfg.RulesFile == "" {
-					return checkCompiled(cmd, cfg, "the configuration's rule: block")
+				if c.RulesFile == "" {
+					return checkCompiled(cmd, c, "the configuration's rule: block")
 				}
-				path = cfg.RulesFile
+				path, cfg = c.RulesFile, &c
 			}
 			report, err := rules.Check(path)
 			fmt.Fprint(cmd.OutOrStdout(), report)
@@ -56,6 +57,14 @@ Exit code 0 when every rule is valid, 2 otherwise.`,
 			for _, r := range rs {
 				if _, err := pipeline.NewRuleStage(r, pipeline.Options{}); err != nil {
 					return usageError{fmt.Errorf("rules check %s: %w", path, err)}
+				}
+			}
+			if cfg != nil && len(rs) > 0 && cfg.StateHash(rs[0]) != rs[0].Hash {
+				// The hashes above are the rules'; what the processor
+				// stores and compares also covers the skew.
+				fmt.Fprintf(cmd.OutOrStdout(), "\nstate hashes (with rule.max_future_skew = %s, what the processor stores with each rule's state):\n", cfg.Rule.MaxFutureSkew)
+				for _, r := range rs {
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s v%d, state hash %.16s\n", r.Rule.ID, r.Rule.Version, cfg.StateHash(r))
 				}
 			}
 			return nil
@@ -75,6 +84,9 @@ func checkCompiled(cmd *cobra.Command, cfg config.Config, what string) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: 1 rule, valid\n\n", what)
 	for _, r := range rs {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s v%d, hash %.16s\n  %s\n", r.Rule.ID, r.Rule.Version, r.Hash, rules.Describe(r.Rule))
+		if h := cfg.StateHash(r); h != r.Hash {
+			fmt.Fprintf(cmd.OutOrStdout(), "  state hash %.16s (with rule.max_future_skew = %s, what the processor stores with the rule's state)\n", h, cfg.Rule.MaxFutureSkew)
+		}
 	}
 	return nil
 }

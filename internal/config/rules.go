@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/vibeline/processor/internal/rules"
 )
@@ -80,10 +79,10 @@ func (c Config) RepartitionFor(r *rules.Compiled) string {
 // every rule's results; the default leaves the hash of a rule unchanged
 // (states written before the skew was hashed keep theirs).
 func (c Config) StateHash(r *rules.Compiled) string {
-	skew := c.Rule.MaxFutureSkew
-	if skew == DefaultMaxFutureSkew {
+	ms := c.Rule.MaxFutureSkew.Milliseconds() // what the validator uses
+	if ms == DefaultMaxFutureSkew.Milliseconds() {
 		return r.Hash
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\nmax_future_skew_ms=%d", r.Hash, skew/time.Millisecond))
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\nmax_future_skew_ms=%d", r.Hash, ms))
 	return hex.EncodeToString(sum[:])
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"testing"
+	"time"
 
 	"github.com/vibeline/processor/internal/rules"
 )
@@ -48,5 +49,29 @@ func TestRulesFile(t *testing.T) {
 	c.RulesFile = "does-not-exist.yaml"
 	if _, err := c.Rules(); err == nil {
 		t.Error("missing rules file accepted")
+	}
+}
+
+// The stored state hash is the rule's own with the default skew, and
+// follows the skew in whole milliseconds, as the validator applies it.
+func TestStateHash(t *testing.T) {
+	c := Default()
+	rs, err := c.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if c.StateHash(r) != r.Hash {
+		t.Fatal("the default skew changed the hash")
+	}
+	c.Rule.MaxFutureSkew = DefaultMaxFutureSkew + 500*time.Microsecond // the same 300000 ms
+	if c.StateHash(r) != r.Hash {
+		t.Fatal("a sub-millisecond difference changed the hash")
+	}
+	c.Rule.MaxFutureSkew = 10 * time.Minute
+	ten := c.StateHash(r)
+	c.Rule.MaxFutureSkew = 11 * time.Minute
+	if ten == r.Hash || ten == c.StateHash(r) {
+		t.Fatal("another skew kept the hash")
 	}
 }

@@ -21,7 +21,7 @@ const (
 	changelogKeyPrefix = 'k' // "k" + entry name: one key's window state (pipeline.Partition names)
 	changelogMeta      = "m" // the partition's window meta (watermark)
 	changelogAcct      = "a" // the partition's accounting record, JSON
-	changelogHash      = "h" // the rule's hash (rules.Hash) when the state was written
+	changelogHash      = "h" // the rule's state hash (config.StateHash) when the state was written
 	changelogExtra     = "x" // the partition's extra state (pipeline.Partition.EncodeExtra)
 )
 
@@ -97,6 +97,14 @@ type rulePart struct {
 // different definition of the same rule id and version.
 var ErrRuleChanged = fmt.Errorf("consume: rule changed without a version bump")
 
+// changedHint is what to do about state of another definition.
+func (t *task) changedHint() string {
+	if t.clFixed {
+		return "topics.changelog is set and does not follow rule.version: give a new rule version a new changelog topic there, then replay (processor replay); or restore the old definition"
+	}
+	return "bump the rule's version and replay (processor replay), or restore the old definition"
+}
+
 // loadRulePart builds a rule's in-memory state of partition p from its
 // local store, which holds exactly its committed state. share is the
 // partition's dedup sharing (pipeline.DedupShare): every rule of the
@@ -116,8 +124,8 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 	}
 	stored := string(h)
 	if stored != "" && stored != t.hash {
-		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); bump the rule's version and replay (processor replay), or restore the old definition",
-			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.hash)
+		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
+			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.hash, t.changedHint())
 	}
 	err = t.store.Scan(p, func(name, value []byte) error {
 		switch {

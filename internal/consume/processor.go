@@ -142,6 +142,7 @@ func newRuleMetrics(m *metrics.Metrics, tasks []*task) (ruleMetrics, error) {
 type task struct {
 	rule    *rules.Compiled
 	hash    string // stored with the state: config.StateHash
+	clFixed bool   // cl is topics.changelog, which does not follow the version
 	stage   *pipeline.Stage
 	ns      string // "<rule id>.v<version>": the rule's name in commit metadata
 	input   string // the topic whose records feed the rule's state
@@ -259,15 +260,16 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 	}
 	for _, r := range rs {
 		t := &task{
-			rule:   r,
-			hash:   p.cfg.StateHash(r),
-			ns:     fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version),
-			input:  r.Rule.Source,
-			cl:     p.cfg.ChangelogFor(r),
-			dir:    RuleStateDir(p.cfg, r),
-			alerts: r.Rule.Outputs.Alerts,
-			dlq:    r.Rule.Outputs.DLQ,
-			late:   r.Rule.Outputs.Late,
+			rule:    r,
+			hash:    p.cfg.StateHash(r),
+			clFixed: p.cfg.RulesFile == "" && p.cfg.Topics.Changelog != "",
+			ns:      fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version),
+			input:   r.Rule.Source,
+			cl:      p.cfg.ChangelogFor(r),
+			dir:     RuleStateDir(p.cfg, r),
+			alerts:  r.Rule.Outputs.Alerts,
+			dlq:     r.Rule.Outputs.DLQ,
+			late:    r.Rule.Outputs.Late,
 		}
 		repart := r.Rule.Repartitioned()
 		if repart {
@@ -1558,8 +1560,8 @@ func (p *Processor) restorePartition(ctx context.Context, t *task, id int32, tar
 			// under the same ids (the group's offsets expired or were
 			// deleted, the rule edited without a version bump).
 			if len(hash) > 0 && string(hash) != t.hash {
-				return nil, fmt.Errorf("%w: %w: rule %s version %d: the earlier history of changelog %s (partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); bump the rule's version and replay (processor replay), or restore the old definition",
-					errFatal, ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, id, hash, t.hash)
+				return nil, fmt.Errorf("%w: %w: rule %s version %d: the earlier history of changelog %s (partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
+					errFatal, ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, id, hash, t.hash, t.changedHint())
 			}
 			for k, ok := range live {
 				if ok {

@@ -165,8 +165,15 @@ func Run(ctx context.Context, o Options) (Plan, error) {
 			if i < len(rs) { // changelogs come first, one per rule in order
 				what = fmt.Sprintf("rule %s v%d", rs[i].Rule.ID, rs[i].Rule.Version)
 			}
-			return plan, fmt.Errorf("%w: %s holds %d records of %s; bump the rule's version to replay into a fresh version",
-				ErrStateExists, topic, n, what)
+			hint := "bump the rule's version to replay into a fresh version"
+			if i == 0 && cfg.RulesFile == "" && cfg.Topics.Changelog != "" {
+				// The override does not follow the version.
+				hint = "topics.changelog is set: give the new rule version a new changelog topic there (it does not follow rule.version), or delete this one"
+			} else if len(rs) > 1 {
+				hint = "bump the version of every rule of the file (replay reprocesses the source for all of them) to replay into fresh versions"
+			}
+			return plan, fmt.Errorf("%w: %s holds %d records of %s; %s",
+				ErrStateExists, topic, n, what, hint)
 		}
 	}
 
