@@ -360,7 +360,11 @@ func outageControls(t *testing.T) (string, func(), func()) {
 // topic on the real broker and the real registry (see the package doc).
 func TestProcessorEndToEnd(t *testing.T) {
 	seeds := harness.Bootstrap(t)
-	input := harness.NewTopic(t, seeds, harness.UniqueName("avro-e2e.events"), 3, nil)
+	// The records' timestamps are fixed dates, older than the broker's
+	// default 7-day retention by the time the test runs: without
+	// retention.ms=-1 the broker's retention check could delete the input
+	// in the middle of the test.
+	input := harness.NewTopic(t, seeds, harness.UniqueName("avro-e2e.events"), 3, map[string]*string{"retention.ms": kadm.StringPtr("-1")})
 	subject := avro.TopicValueSubject(input)
 	v1 := register(t, subject, eventV1())
 	v2 := register(t, subject, eventV2(t))
