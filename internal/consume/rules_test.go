@@ -184,11 +184,19 @@ func TestSeveralRulesMatchReference(t *testing.T) {
 			refVals = append(refVals, o.Value)
 		}
 	}
+	revs := map[string]int{}
 	for _, r := range readAll(t, seeds, "vibration.peak.alerts") {
 		a, err := alerts.Decode(r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Exactly once: each alert's revisions are 0, 1, 2, ... (which
+		// ones may differ from the reference's with the interleaving).
+		prev, seen := revs[a.AlertID]
+		if (seen && a.Revision != prev+1) || (!seen && a.Revision != 0) {
+			t.Errorf("peak alert %s: revision %d after %d (seen %v): lost or repeated", a.AlertID, a.Revision, prev, seen)
+		}
+		revs[a.AlertID] = a.Revision
 		if a.KeyField != "sensor_id" || string(r.Key) != a.Key || a.MachineID != "" {
 			t.Fatalf("peak alert keyed %q: key_field %q key %q machine %q", r.Key, a.KeyField, a.Key, a.MachineID)
 		}
