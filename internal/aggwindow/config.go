@@ -19,9 +19,13 @@ const (
 	MinTS         int64 = -1 << 61
 	MaxTS         int64 = 1 << 61
 	MaxDurationMs int64 = 1 << 40 // about 34.8 years
-	// MaxWindowsPerEvent bounds size/advance of hopping windows: each event
-	// updates that many windows.
+	// MaxWindowsPerEvent bounds the windows a hopping window's event
+	// belongs to, ceil(size/advance): each event updates that many.
 	MaxWindowsPerEvent = 1000
+	// MaxPanesPerWindow bounds size/gcd(size, advance), the panes a fixed
+	// window is kept in (panes.go): each revision combines them, and each
+	// pane is one changelog entry.
+	MaxPanesPerWindow = 1000
 	// MaxEvidence bounds Config.EvidenceLimit.
 	MaxEvidence = 1000
 )
@@ -144,8 +148,10 @@ func (c Config) Validate() error {
 		if c.Kind == Hopping {
 			if c.AdvanceMs < 1 || c.AdvanceMs > c.SizeMs {
 				bad("AdvanceMs", c.AdvanceMs, fmt.Sprintf("1..SizeMs (%d)", c.SizeMs))
-			} else if c.SizeMs/c.AdvanceMs > MaxWindowsPerEvent {
-				bad("AdvanceMs", c.AdvanceMs, fmt.Sprintf(">= SizeMs/%d (each event updates SizeMs/AdvanceMs windows)", MaxWindowsPerEvent))
+			} else if (c.SizeMs+c.AdvanceMs-1)/c.AdvanceMs > MaxWindowsPerEvent {
+				bad("AdvanceMs", c.AdvanceMs, fmt.Sprintf("such that ceil(SizeMs/AdvanceMs) <= %d (each event updates that many windows)", MaxWindowsPerEvent))
+			} else if c.SizeMs/c.paneMs() > MaxPanesPerWindow {
+				bad("AdvanceMs", c.AdvanceMs, fmt.Sprintf("such that SizeMs/gcd(SizeMs, AdvanceMs) <= %d (a window is kept in panes of gcd(SizeMs, AdvanceMs) = %d ms)", MaxPanesPerWindow, c.paneMs()))
 			}
 		}
 	case Session:

@@ -291,7 +291,11 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.AdvanceMs = 11 }, "AdvanceMs = 11, must be 1..SizeMs (10)"},
-		{func(c *Config) { c.SizeMs, c.AdvanceMs = 10000, 1 }, "AdvanceMs = 1, must be >= SizeMs/1000"},
+		{func(c *Config) { c.SizeMs, c.AdvanceMs = 10000, 1 }, "AdvanceMs = 1, must be such that ceil(SizeMs/AdvanceMs) <= 1000"},
+		// floor(2001/2) = 1000, but an event belongs to 1001 windows.
+		{func(c *Config) { c.SizeMs, c.AdvanceMs = 2001, 2 }, "AdvanceMs = 2, must be such that ceil(SizeMs/AdvanceMs) <= 1000"},
+		// 2.000016 windows per event, in 120000 panes of 1 ms.
+		{func(c *Config) { c.SizeMs, c.AdvanceMs = 120000, 59999 }, "AdvanceMs = 59999, must be such that SizeMs/gcd(SizeMs, AdvanceMs) <= 1000"},
 		{func(c *Config) { c.Kind = Tumbling }, "AdvanceMs = 5, must be 0 (tumbling windows advance by their size)"},
 		{func(c *Config) { c.Kind = Session }, "GapMs = 0, must be 1..1099511627776"},
 		{func(c *Config) { c.Fn = 0 }, "Fn = Fn(0), must be Count, Sum, Avg, Min or Max"},

@@ -222,7 +222,10 @@ func TestValidateErrors(t *testing.T) {
 			"threshold", // `count >= 3` is fine for hopping: no error; see below
 		}[:1]},
 		{"hopping too many windows per event", edit(t, "type:", "type: hopping\nadvance: 100ms"), []string{
-			`window.advance = 100ms (line 8) is invalid: at least size/1000 (120ms): every event updates size/advance windows`}},
+			`window.advance = 100ms (line 8) is invalid: at least size/1000 (120ms): every event updates ceil(size/advance) windows`}},
+		// 2m / 59.999s: 2.000016 windows per event, but 1ms panes.
+		{"hopping panes too small", edit(t, "type:", "type: hopping\nadvance: 59999ms"), []string{
+			`window.advance = 59s999ms (line 8) is invalid: such that size/gcd(size, advance) is at most 1000: a window is kept in panes of gcd(size, advance) = 1ms, 120000 of them per window`}},
 		{"session with size and no gap", edit(t, "type:", "type: session"), []string{
 			`window.gap = 0s (line 6) is invalid: a duration from 1ms to 720h`,
 			`window.size = 2m (line 8) is invalid: not used by session windows (a session ends gap after its last event); remove it and set gap`}},

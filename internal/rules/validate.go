@@ -16,7 +16,8 @@ const (
 	MaxSpan         = 720 * time.Hour  // size, gap, delays, lateness, cooldown
 	MaxDedupHorizon = 2160 * time.Hour //
 	MaxThresholdN   = 1000             // sliding N
-	MaxHopsPerEvent = 1000             // hopping size/advance
+	MaxHopsPerEvent = 1000             // hopping ceil(size/advance): windows per event
+	MaxPanes        = 1000             // hopping size/gcd(size, advance): panes per window
 	MaxSample       = 1_000_000        // adaptive watermark sample
 )
 
@@ -156,9 +157,13 @@ func compile(r Rule) (*Compiled, []error) {
 		switch {
 		case w.Advance < Duration(time.Millisecond) || w.Advance > w.Size:
 			bad("window.advance", w.Advance, fmt.Sprintf("hopping windows need 1ms <= advance <= size (%s)", w.Size))
-		case w.Size/w.Advance > MaxHopsPerEvent:
-			bad("window.advance", w.Advance, fmt.Sprintf("at least size/%d (%s): every event updates size/advance windows", MaxHopsPerEvent,
+		case (w.Size+w.Advance-1)/w.Advance > MaxHopsPerEvent:
+			bad("window.advance", w.Advance, fmt.Sprintf("at least size/%d (%s): every event updates ceil(size/advance) windows", MaxHopsPerEvent,
 				formatDuration((w.Size.D()/MaxHopsPerEvent).Round(time.Millisecond))))
+		case w.Size.Ms()/gcd(w.Size.Ms(), w.Advance.Ms()) > MaxPanes:
+			pane := gcd(w.Size.Ms(), w.Advance.Ms())
+			bad("window.advance", w.Advance, fmt.Sprintf("such that size/gcd(size, advance) is at most %d: a window is kept in panes of gcd(size, advance) = %s, %d of them per window; choose an advance that divides size more evenly",
+				MaxPanes, formatDuration(time.Duration(pane)*time.Millisecond), w.Size.Ms()/pane))
 		}
 		unused("window.gap", w.Gap, "not used by hopping windows (only session windows have a gap); remove it")
 	case Session:
@@ -295,4 +300,12 @@ func countAtLeast(n ast.Node) (int, bool) {
 		return 0, false
 	}
 	return v, ok && v >= 1 && v <= MaxThresholdN
+}
+
+// gcd is the greatest common divisor of a and b (> 0).
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
