@@ -1404,6 +1404,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		start := p.now()
 		p.board.update(k, func(ps *PartitionStatus) { ps.Restore = "restoring" })
 		scratch := map[*task][][]byte{} // changelog keys to delete at the first commit
+		resumed := map[*task]bool{}     // restored to a non-empty changelog's end without a position
 		for _, t := range src.tasks {
 			var target int64
 			var fromScratch bool
@@ -1451,7 +1452,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				}
 				p.log.Warn("consume: committed offset carries no changelog position of this rule; restoring to the changelog's end (a rule added to a running group starts from the group's offsets)",
 					"topic", k.topic, "partition", k.id, "rule", t.ns, "offset", co.offset, "changelog_end", end)
-				target = end
+				target, resumed[t] = end, end > 0
 			default:
 				// No committed offset: the partition starts from its first
 				// record with empty state, from the changelog's current end.
@@ -1476,6 +1477,19 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		}
 		for _, rp := range pt.rs {
 			rp.tombstones = scratch[rp.t]
+			// State of this rule version exists, but the group's offset
+			// was committed by something else (another version or
+			// configuration of the group ran in between, or a tool reset
+			// the offsets): resuming there would skip, or count twice,
+			// the records between the two.
+			if resumed[rp.t] && rp.acct.NextOffset != co.offset {
+				what := "skip"
+				if rp.acct.NextOffset > co.offset {
+					what = "count twice"
+				}
+				return p.fail(fmt.Errorf("%w: rule %s, partition %s/%d: its state (changelog %s) ends at input offset %d, but the group's committed offset is %d and names no position of this rule (another rule version or configuration ran the group since, or the offsets were reset by a tool); resuming would %s the records in between: bump the rule's version and replay (processor replay), or reset the group's offsets of this partition to %d",
+					errFatal, rp.t.ns, k.topic, k.id, rp.t.cl, rp.acct.NextOffset, co.offset, what, rp.acct.NextOffset))
+			}
 		}
 		pt.restoredAt = max(co.offset, 0)
 		if len(src.forwards) > 0 {

@@ -3,6 +3,7 @@ package consume
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -455,6 +456,38 @@ func TestVersionBumpWithoutReplayStartsFromTheGroupsOffsets(t *testing.T) {
 	}
 	if v2 != 2000 {
 		t.Errorf("version 2 counted %d records, want the 2000 after the group's offsets", v2)
+	}
+}
+
+// A rule version whose state exists is refused when the group's offset
+// was moved past (or before) it by something else: here version 2 ran in
+// between, and version 1 comes back (a rollback, or a replica still on the
+// old configuration). Resuming would have skipped version 2's records.
+func TestRuleStateBehindTheGroupsOffsetIsRefused(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "gap")
+	recs := simRecords(6000, 7)
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, recs[:2000], log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	v2 := cfg
+	v2.Rule.Version = 2
+	produce(t, seeds, cfg.Topics.Input, recs[2000:4000], log)
+	in = start(t, v2, Options{})
+	waitConsumed(t, seeds, v2, log)
+	in.stop(t)
+	produce(t, seeds, cfg.Topics.Input, recs[4000:], log)
+	in = start(t, cfg, Options{})
+	select {
+	case err := <-in.done:
+		if !errors.Is(err, errFatal) || !strings.Contains(err.Error(), "resuming would skip the records in between") {
+			t.Fatalf("version 1 stopped with %v, want the gap named", err)
+		}
+	case <-time.After(30 * time.Second):
+		in.cancel()
+		t.Fatal("version 1 resumed after version 2's records")
 	}
 }
 
