@@ -17,7 +17,7 @@ var alert string
 
 // AlertVersion is the version of the alert schema returned by Alert. It
 // changes with every change of alert.avsc; docs/AVRO.md lists the versions.
-const AlertVersion = 2
+const AlertVersion = 3
 
 // Event returns schemas/event.avsc: the reader schema of input events
 // (input contract schema version 1, SPEC section 2).

@@ -67,6 +67,11 @@ type Alert struct {
 	// hopping, session windows); nil for the record-aligned sliding rule.
 	Aggregate *Aggregate
 	Evidence  []Evidence
+	// EvidenceOmitted is how many evidence events were left out of Evidence
+	// to keep the revision's value under the producer's record limit: the
+	// events kept are the first len(Evidence) of the full list, in order.
+	// 0 when Evidence is whole (then the member is not written).
+	EvidenceOmitted int
 	// Late is true when the revision was caused by an event behind the
 	// watermark.
 	Late bool

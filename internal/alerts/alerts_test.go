@@ -95,6 +95,7 @@ func TestEncodeGolden(t *testing.T) {
 		{"alert_merged.json", sample(StatusMerged)},
 		{"alert_closed.json", sample(StatusClosed)},
 		{"alert_no_watermark_escapes.json", noWM},
+		{"alert_evidence_omitted.json", omittedSample()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -117,11 +118,46 @@ func TestEncodeGolden(t *testing.T) {
 	}
 }
 
+// omittedSample is a closed revision whose evidence was cut to its first
+// event, two more left out.
+func omittedSample() Alert {
+	a := sample(StatusClosed)
+	a.Evidence, a.EvidenceOmitted = a.Evidence[:1], 2
+	return a
+}
+
 func TestEncodeMemberOrder(t *testing.T) {
 	b, err := sample(StatusMerged).Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
+	keys := memberNames(t, b)
+	want := []string{"alert_id", "revision", "status", "merged_into", "rule_id", "rule_version", "machine_id",
+		"start", "end", "count", "evidence", "late", "watermark", "reason"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Fatalf("members %v\nwant %v", keys, want)
+	}
+	if !strings.Contains(string(b), `"evidence":[{"event_id":"e-1","sensor_id":"S-1","ts":"2026-01-02T10:00:00.000Z","value":7.5,"partition":0,"offset":12},`) {
+		t.Fatalf("evidence member order or format: %s", b)
+	}
+	// evidence_omitted follows evidence, only when not 0.
+	b, err = omittedSample().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"alert_id", "revision", "status", "rule_id", "rule_version", "machine_id",
+		"start", "end", "count", "evidence", "evidence_omitted", "late", "watermark", "reason"}
+	if keys := memberNames(t, b); !reflect.DeepEqual(keys, want) {
+		t.Fatalf("members %v\nwant %v", keys, want)
+	}
+	if !strings.Contains(string(b), `"offset":12}],"evidence_omitted":2,"late":`) {
+		t.Fatalf("evidence_omitted format: %s", b)
+	}
+}
+
+// memberNames lists the top-level member names of the JSON object b.
+func memberNames(t *testing.T, b []byte) []string {
+	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(b))
 	var keys []string
 	depth := 0
@@ -146,14 +182,7 @@ func TestEncodeMemberOrder(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"alert_id", "revision", "status", "merged_into", "rule_id", "rule_version", "machine_id",
-		"start", "end", "count", "evidence", "late", "watermark", "reason"}
-	if !reflect.DeepEqual(keys, want) {
-		t.Fatalf("members %v\nwant %v", keys, want)
-	}
-	if !strings.Contains(string(b), `"evidence":[{"event_id":"e-1","sensor_id":"S-1","ts":"2026-01-02T10:00:00.000Z","value":7.5,"partition":0,"offset":12},`) {
-		t.Fatalf("evidence member order or format: %s", b)
-	}
+	return keys
 }
 
 func TestEncodeValues(t *testing.T) {
@@ -204,6 +233,7 @@ func TestEncodeRejects(t *testing.T) {
 		{"empty id", func(a *Alert) { a.AlertID = "" }, "empty alert_id"},
 		{"negative revision", func(a *Alert) { a.Revision = -1 }, "revision -1"},
 		{"negative count", func(a *Alert) { a.Count = -1 }, "count -1"},
+		{"negative evidence_omitted", func(a *Alert) { a.EvidenceOmitted = -1 }, "evidence_omitted -1"},
 		{"year 10000", func(a *Alert) { a.End = maxWireMs + 1 }, "end"},
 		{"watermark before year 0", func(a *Alert) { a.Watermark = minWireMs - 1 }, "watermark"},
 		{"evidence ts", func(a *Alert) { a.Evidence[1].TS = math.MaxInt64 }, "evidence[1].ts"},
@@ -257,6 +287,9 @@ func TestDecodeRejects(t *testing.T) {
 		{"watermark number", strings.Replace(s, `"watermark":"2026-01-02T10:01:00.000Z"`, `"watermark":5`, 1)},
 		{"evidence member missing", strings.Replace(s, `"sensor_id":"S-2",`, ``, 1)},
 		{"evidence bad ts", strings.Replace(s, `"ts":"2026-01-02T10:00:45.500Z"`, `"ts":"yesterday"`, 1)},
+		{"evidence_omitted 0", strings.Replace(s, `],"late"`, `],"evidence_omitted":0,"late"`, 1)},
+		{"evidence_omitted negative", strings.Replace(s, `],"late"`, `],"evidence_omitted":-2,"late"`, 1)},
+		{"evidence_omitted not an integer", strings.Replace(s, `],"late"`, `],"evidence_omitted":"2","late"`, 1)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -390,17 +423,20 @@ func TestHumanGolden(t *testing.T) {
 	a.Watermark = WatermarkNone
 	a.Evidence = a.Evidence[:1]
 	b.WriteString(Human(a))
+	b.WriteString(Human(omittedSample()))
 	golden(t, "human.txt", []byte(b.String()))
 }
 
 func FuzzRoundTrip(f *testing.F) {
-	f.Add("id", 0, "open", "", "M-7", int64(0), int64(120_000), int64(math.MinInt64), "e-1", 7.5, int64(12), true, "reason <&>")
-	f.Add("id", 2, "merged", "other", "M \"7\"\n", int64(-5), int64(5), int64(-30_000), "e\u2028", -0.0, int64(-1), false, "")
-	f.Fuzz(func(t *testing.T, id string, rev int, status, merged, machine string, start, end, wm int64, ev string, v float64, off int64, late bool, reason string) {
+	f.Add("id", 0, "open", "", "M-7", int64(0), int64(120_000), int64(math.MinInt64), "e-1", 7.5, int64(12), true, "reason <&>", 0)
+	f.Add("id", 2, "merged", "other", "M \"7\"\n", int64(-5), int64(5), int64(-30_000), "e\u2028", -0.0, int64(-1), false, "", 999)
+	f.Add("id", 1, "closed", "", "M", int64(0), int64(0), int64(0), "e", 1.0, int64(0), false, "r", -1)
+	f.Fuzz(func(t *testing.T, id string, rev int, status, merged, machine string, start, end, wm int64, ev string, v float64, off int64, late bool, reason string, omitted int) {
 		a := Alert{
 			AlertID: id, Revision: rev, Status: status, MergedInto: merged, RuleID: "r", RuleVersion: rev - 1,
 			MachineID: machine, Start: start, End: end, Count: rev, Late: late, Watermark: wm, Reason: reason,
-			Evidence: []Evidence{{EventID: ev, SensorID: machine, TS: start, Value: v, Partition: int32(rev), Offset: off}},
+			Evidence:        []Evidence{{EventID: ev, SensorID: machine, TS: start, Value: v, Partition: int32(rev), Offset: off}},
+			EvidenceOmitted: omitted,
 		}
 		b, err := a.Encode()
 		if err != nil {

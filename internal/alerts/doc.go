@@ -47,6 +47,9 @@
 //	  value       number                 the input event's value in mm/s, after normalisation
 //	  partition   integer                input partition of the record that carried the event
 //	  offset      integer                offset of that record in its partition
+//	evidence_omitted integer > 0       present only when evidence events were left out so that the value fits the
+//	                                   producer's record limit (package pipeline, MaxAlertBytes): evidence then
+//	                                   holds the first events of the list and this many more are not named
 //	late          boolean              true when this revision was caused by an event behind the watermark
 //	watermark     time or null         the partition watermark when the revision was emitted; null when none yet
 //	reason        string               one human sentence (see ReasonSentence); for people, not for parsing

@@ -106,11 +106,15 @@ func Human(a Alert) string {
 		line("merged", "into %s", a.MergedInto)
 	}
 	line("reason", "%s", a.Reason)
+	omitted := ""
+	if a.EvidenceOmitted > 0 {
+		omitted = fmt.Sprintf(" (%d more left out: evidence_omitted)", a.EvidenceOmitted)
+	}
 	switch len(a.Evidence) {
 	case 1:
-		line("evidence", "1 sample")
+		line("evidence", "1 sample%s", omitted)
 	default:
-		line("evidence", "%d samples", len(a.Evidence))
+		line("evidence", "%d samples%s", len(a.Evidence), omitted)
 	}
 	for i, e := range a.Evidence {
 		fmt.Fprintf(&b, "    %d. sensor %s  ts %s  value %s mm/s  partition %d offset %d  event %s\n",

@@ -15,7 +15,8 @@ import (
 // The hand-written Encode must write exactly the bytes the former
 // encoding/json implementation wrote: replays and the determinism tests
 // compare alert bytes with those of earlier runs. encodeReference below is
-// that former implementation, kept verbatim as the oracle.
+// that former implementation, kept as the oracle (with evidence_omitted, a
+// member added since, as encoding/json would write it).
 
 // wireAlert is the JSON value, members in their documented order.
 type wireAlert struct {
@@ -33,6 +34,7 @@ type wireAlert struct {
 	Key         string         `json:"key,omitempty"`
 	Aggregate   *wireAggregate `json:"aggregate,omitempty"`
 	Evidence    []wireEvidence `json:"evidence"`
+	Omitted     int            `json:"evidence_omitted,omitempty"`
 	Late        bool           `json:"late"`
 	Watermark   *string        `json:"watermark"`
 	Reason      string         `json:"reason"`
@@ -73,6 +75,7 @@ func encodeReference(a Alert) ([]byte, error) {
 		KeyField:    a.KeyField,
 		Key:         a.Key,
 		Evidence:    make([]wireEvidence, len(a.Evidence)),
+		Omitted:     a.EvidenceOmitted,
 		Late:        a.Late,
 		Reason:      a.Reason,
 	}
@@ -175,6 +178,7 @@ func refusedAlerts() []Alert {
 		func(a *Alert) { a.AlertID = "" },
 		func(a *Alert) { a.Revision = -1 },
 		func(a *Alert) { a.Count = -1 },
+		func(a *Alert) { a.EvidenceOmitted = -1 },
 		func(a *Alert) { a.KeyField = "sensor_id" },
 		func(a *Alert) { a.Aggregate = &Aggregate{Value: 1} },
 		func(a *Alert) { a.Aggregate = &Aggregate{Fn: "sum", Value: math.NaN()} },
@@ -210,6 +214,13 @@ func handPickedAlerts() []Alert {
 	emptyEvidence := noOptional
 	emptyEvidence.Evidence = []Evidence{}
 	out = append(out, emptyEvidence)
+
+	omitted := full
+	omitted.Evidence, omitted.EvidenceOmitted = full.Evidence[:3], 7
+	out = append(out, omitted)
+	allOmitted := noOptional
+	allOmitted.EvidenceOmitted = math.MaxInt
+	out = append(out, allOmitted)
 
 	extremes := full
 	extremes.Revision, extremes.RuleVersion, extremes.Count = math.MaxInt, math.MinInt, math.MaxInt
@@ -372,6 +383,7 @@ func FuzzEncode(f *testing.F) {
 		if n := int(nEvidence % 16); n > 0 || !nilEvidence {
 			a.Evidence = make([]Evidence, n)
 		}
+		a.EvidenceOmitted = int(nEvidence/16) * count
 		for i := range a.Evidence {
 			v := value
 			if i%2 == 1 {

@@ -36,6 +36,9 @@ type alertRecord struct {
 	KeyField    *string          `avro:"key_field"` // since alert schema version 2
 	Key         *string          `avro:"key"`
 	Aggregate   *aggregateRecord `avro:"aggregate"`
+	// EvidenceOmitted: since alert schema version 3; a value of an earlier
+	// version reads as 0 (the field's default).
+	EvidenceOmitted int64 `avro:"evidence_omitted"`
 }
 
 type aggregateRecord struct {
@@ -94,9 +97,9 @@ func (e *AlertEncoder) SchemaID() uint32 { return e.id }
 // EncodeAlert returns a's Avro value in the wire format. It refuses, naming
 // the field, what the alert JSON refuses too (alerts.Alert.Encode): an
 // unknown status, merged_into without status merged or missing with it, an
-// empty alert_id, a negative revision or count, key_field without key or
-// the reverse, an aggregate without fn or with a non-finite value, a
-// non-finite evidence value.
+// empty alert_id, a negative revision, count or evidence_omitted, key_field
+// without key or the reverse, an aggregate without fn or with a non-finite
+// value, a non-finite evidence value.
 func (e *AlertEncoder) EncodeAlert(a alerts.Alert) ([]byte, error) {
 	if err := checkAlert(&a); err != nil {
 		return nil, fmt.Errorf("avro: encode alert %s rev %d: %w", a.AlertID, a.Revision, err)
@@ -106,7 +109,7 @@ func (e *AlertEncoder) EncodeAlert(a alerts.Alert) ([]byte, error) {
 		RuleID: a.RuleID, RuleVersion: int64(a.RuleVersion), MachineID: a.MachineID,
 		Start: a.Start, End: a.End, Count: int64(a.Count),
 		Evidence: make([]evidenceRecord, len(a.Evidence)),
-		Late:     a.Late, Reason: a.Reason,
+		Late:     a.Late, Reason: a.Reason, EvidenceOmitted: int64(a.EvidenceOmitted),
 	}
 	if a.MergedInto != "" {
 		rec.MergedInto = &a.MergedInto
@@ -151,6 +154,8 @@ func checkAlert(a *alerts.Alert) error {
 		return fmt.Errorf("revision %d, want >= 0", a.Revision)
 	case a.Count < 0:
 		return fmt.Errorf("count %d, want >= 0", a.Count)
+	case a.EvidenceOmitted < 0:
+		return fmt.Errorf("evidence_omitted %d, want >= 0", a.EvidenceOmitted)
 	case (a.KeyField == "") != (a.Key == ""):
 		return fmt.Errorf("key_field %q with key %q, want both or neither", a.KeyField, a.Key)
 	}
@@ -231,6 +236,7 @@ func (d *AlertDecoder) DecodeAlert(value []byte) (alerts.Alert, error) {
 		RuleID: rec.RuleID, RuleVersion: int(rec.RuleVersion), MachineID: rec.MachineID,
 		Start: rec.Start, End: rec.End, Count: int(rec.Count),
 		Late: rec.Late, Watermark: alerts.WatermarkNone, Reason: rec.Reason,
+		EvidenceOmitted: int(rec.EvidenceOmitted),
 	}
 	if rec.MergedInto != nil {
 		a.MergedInto = *rec.MergedInto

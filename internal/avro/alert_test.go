@@ -22,6 +22,7 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata")
 var alertFingerprints = map[int]string{
 	1: "57074e5e45e69c389b79f4e2c08f12d142560bb3641bdb268fc16fad037f4098",
 	2: "a7456863c5bf96c4a84dd0df4f655dbe29f9234803fee6f99dfe0a108df71719", // + key_field, key, aggregate
+	3: "137d15700deea38875e05a5c48eaa467ca4d37517b29c6e439a8ab6dbb6a99b3", // + evidence_omitted
 }
 
 func TestAlertSchemaVersioned(t *testing.T) {
@@ -129,6 +130,7 @@ func TestAlertEncodeRefuses(t *testing.T) {
 		{"merged_into without merged", func(a *alerts.Alert) { a.MergedInto = "b" }, `merged_into "b" with status "open"`},
 		{"empty id", func(a *alerts.Alert) { a.AlertID = "" }, "empty alert_id"},
 		{"negative revision", func(a *alerts.Alert) { a.Revision = -1 }, "revision -1"},
+		{"negative evidence_omitted", func(a *alerts.Alert) { a.EvidenceOmitted = -1 }, "evidence_omitted -1"},
 		{"NaN evidence", func(a *alerts.Alert) { a.Evidence = []alerts.Evidence{{Value: math.NaN()}} }, "evidence[0].value NaN"},
 	} {
 		a := ok

@@ -96,6 +96,9 @@ func AlertmanagerPayload(d Delivery, labels map[string]string, resolveTimeout ti
 		"count":           strconv.Itoa(a.Count),
 		"idempotency_key": d.IdempotencyKey,
 	}
+	if a.EvidenceOmitted > 0 { // evidence cut to fit the producer's record limit
+		ann["evidence_omitted"] = strconv.Itoa(a.EvidenceOmitted)
+	}
 	out := amAlert{Labels: l, Annotations: ann, StartsAt: alerts.FormatTime(a.Start)}
 	switch a.Status {
 	case alerts.StatusClosed, alerts.StatusMerged:

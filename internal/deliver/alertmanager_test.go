@@ -31,6 +31,9 @@ func TestAlertmanagerPayloadGolden(t *testing.T) {
 		{name: "open_resolve_timeout", alert: "alert_open.json", resolveTimeout: time.Hour},
 		{name: "merged", alert: "alert_merged.json"},
 		{name: "closed", alert: "alert_closed.json"},
+		// Evidence cut to fit the producer's record limit: the count of
+		// the events left out is an annotation.
+		{name: "evidence_omitted", alert: "alert_evidence_omitted.json"},
 		// Event time ahead of the clock: endsAt is clamped to now so
 		// the alert resolves at once.
 		{name: "closed_clock_behind", alert: "alert_closed.json", now: time.Date(2026, 1, 2, 10, 2, 0, 0, time.UTC)},

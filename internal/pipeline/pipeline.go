@@ -43,6 +43,17 @@ const (
 // input topic at source.offset.
 const MaxDeadLetterBytes = 990_000
 
+// MaxAlertBytes bounds an alert revision's value, for the same reason: a
+// sliding rule's alert names its N firing events (N up to 1000, ids up to
+// 1024 bytes, which JSON escapes can make six times longer: up to about
+// 12 MB), and a revision the producer cannot write would abort its batch
+// on every retry. A revision whose value would be larger goes out with its
+// evidence cut to the longest prefix that fits, evidence_omitted saying how
+// many events were left out (Stage.encode); count and every other field
+// are unchanged. The record key (at most 1024 bytes, event.MaxIDBytes) and
+// the record's framing fit in the remaining 10 KB.
+const MaxAlertBytes = 990_000
+
 // Header is one record header.
 type Header struct {
 	Key   string

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 
 	"github.com/vibeline/processor/internal/aggwindow"
@@ -439,15 +440,9 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 		what = fmt.Sprintf("%s (%s %s)", s.desc, agg.Fn, strconv.FormatFloat(agg.Value, 'g', 6, 64))
 	}
 	a.Reason = alerts.ReasonSentenceKeyed(a.Status, a.Count, what, s.keyNoun(), key, a.Start, a.End, a.MergedInto)
-	var (
-		val, js []byte
-		err     error
-	)
-	if s.o.EncodeAlert != nil {
-		val, err = s.o.EncodeAlert(a)
-		js, _ = a.Encode() // for the status page, which shows JSON
-	} else {
-		val, err = a.Encode()
+	val, js, err := s.encodeValue(&a)
+	if err == nil && !fits(val, js) {
+		val, js, err = s.fit(a)
 	}
 	if err != nil {
 		// The windows only emit well-formed revisions; if one ever is not,
@@ -455,4 +450,53 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 		val = fmt.Appendf(nil, `{"alert_id":%q,"revision":%d,"encode_error":%q}`, a.AlertID, a.Revision, err.Error())
 	}
 	return Output{Kind: Alert, Key: []byte(key), Value: val, JSON: js, Status: a.Status}
+}
+
+// encodeValue returns a's record value and, when that is not JSON (Avro
+// alerts), its JSON for the status page; js is nil for JSON alerts.
+func (s *Stage) encodeValue(a *alerts.Alert) (val, js []byte, err error) {
+	if s.o.EncodeAlert == nil {
+		val, err = a.Encode()
+		return val, nil, err
+	}
+	val, err = s.o.EncodeAlert(*a)
+	js, _ = a.Encode()
+	return val, js, err
+}
+
+// fits reports whether an alert's value, and its JSON when the value is
+// Avro, are at most MaxAlertBytes. Bounding the JSON of an Avro alert too
+// (never smaller than the Avro value) makes the cut the same in both
+// formats, so an Avro run names the evidence that the JSON reference
+// recomputation (package reconcile) names.
+func fits(val, js []byte) bool {
+	return len(val) <= MaxAlertBytes && len(js) <= MaxAlertBytes
+}
+
+// fit encodes a, whose value is larger than MaxAlertBytes, with its evidence
+// cut to the longest prefix that fits, EvidenceOmitted counting the events
+// left out. The cut depends only on the alert (the encoding is a function
+// of it), so replays cut alike. The prefix keeps the first evidence event,
+// the one the alert id is derived from, whenever that alone fits. If not
+// even it does (the other fields are bounded to tens of kilobytes by the
+// id and rule validation, so this does not happen), the revision names no
+// evidence and EvidenceOmitted is the whole list.
+//
+// The value's length only grows with the prefix (one more event adds far
+// more than evidence_omitted loses), so a binary search finds the cut in
+// about log2(len(evidence)) encodings; this path runs only for oversized
+// revisions.
+func (s *Stage) fit(a alerts.Alert) (val, js []byte, err error) {
+	full, omitted := a.Evidence, a.EvidenceOmitted
+	cut := func(k int) *alerts.Alert {
+		a.Evidence, a.EvidenceOmitted = full[:k:k], omitted+len(full)-k
+		return &a
+	}
+	// The smallest i in [0, n-1) for which the first i+1 events do not fit,
+	// or n-1: then k = i events fit (the whole list does not).
+	k := sort.Search(max(len(full)-1, 0), func(i int) bool {
+		v, j, err := s.encodeValue(cut(i + 1))
+		return err != nil || !fits(v, j)
+	})
+	return s.encodeValue(cut(k))
 }

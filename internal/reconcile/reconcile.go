@@ -90,8 +90,9 @@ type Report struct {
 	// Rules is one section per rule of a rules file (empty for the rule:
 	// block, whose report is the fields above).
 	Rules []*RuleReport
-	// Notes are what a rules-file check could not check, or checked
-	// another way (a repartitioned rule's purged records), topic by topic.
+	// Notes are what a check could not check, or checked another way (a
+	// repartitioned rule's purged records), topic by topic; for the rule:
+	// block, evidence left out of alerts (evidence_omitted).
 	Notes []string
 }
 
@@ -129,6 +130,9 @@ func (r *Report) String() string {
 	}
 	if r.Recomputed {
 		b.WriteString("recomputed outputs: compared\n")
+	}
+	for _, n := range r.Notes {
+		b.WriteString("note: " + n + "\n")
 	}
 	if r.OK() {
 		b.WriteString("OK: no violation\n")
@@ -393,6 +397,7 @@ func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record
 	valid := event.NewValidator(fm.decoder(cfg.Topics.Input), event.Options{MaxFutureSkewMs: max(cfg.Rule.MaxFutureSkew.Milliseconds(), 1)})
 	states := map[string]*alertState{}
 	seen := map[string]bool{}
+	cut, omitted := 0, 0 // revisions with evidence left out, and how many events
 	for _, r := range recs {
 		a, err := fm.decodeAlert(r.Value)
 		if err != nil {
@@ -412,8 +417,12 @@ func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record
 		if a.RuleID != cfg.Rule.ID || a.RuleVersion != cfg.Rule.Version {
 			rep.violate("alert %s: rule %s v%d, want %s v%d", a.AlertID, a.RuleID, a.RuleVersion, cfg.Rule.ID, cfg.Rule.Version)
 		}
-		if len(a.Evidence) != cfg.Rule.Threshold {
-			rep.violate("alert %s rev %d: %d evidence samples, want %d", a.AlertID, a.Revision, len(a.Evidence), cfg.Rule.Threshold)
+		if len(a.Evidence)+a.EvidenceOmitted != cfg.Rule.Threshold {
+			rep.violate("alert %s rev %d: %s, want %d", a.AlertID, a.Revision, samples(&a), cfg.Rule.Threshold)
+		}
+		if a.EvidenceOmitted > 0 {
+			cut++
+			omitted += a.EvidenceOmitted
 		}
 		if n := len(a.Evidence); n > 0 && a.Evidence[n-1].TS-a.Evidence[0].TS > cfg.Rule.Window.Milliseconds() {
 			rep.violate("alert %s rev %d: evidence spans %dms > window %s", a.AlertID, a.Revision, a.Evidence[n-1].TS-a.Evidence[0].TS, cfg.Rule.Window)
@@ -438,6 +447,9 @@ func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record
 		}
 	}
 	rep.AlertIDs = len(states)
+	if cut > 0 {
+		rep.Notes = append(rep.Notes, omittedNote(cut, omitted))
+	}
 }
 
 // recompute reruns the pipeline over the committed input prefix and compares.

@@ -66,6 +66,7 @@ func (rc *ruleCheck) alerts(recs []alertRec, midway bool) {
 	rc.rr.Alerts = len(recs)
 	states := map[string]*alertState{}
 	seen := map[string]bool{}
+	cut, omitted := 0, 0 // revisions with evidence left out, and how many events
 	for _, ar := range recs {
 		a := &ar.a
 		id := a.AlertID + "#" + strconv.Itoa(a.Revision)
@@ -88,8 +89,23 @@ func (rc *ruleCheck) alerts(recs []alertRec, midway bool) {
 			}
 		}
 		rc.checkEvidence(a, key)
+		if a.EvidenceOmitted > 0 {
+			cut++
+			omitted += a.EvidenceOmitted
+		}
 	}
 	rc.rr.AlertIDs = len(states)
+	if cut > 0 {
+		rc.note("%s", omittedNote(cut, omitted))
+	}
+}
+
+// omittedNote says that revisions whose evidence was cut to fit the
+// producer's record limit (evidence_omitted) had only the evidence they
+// name checked.
+func omittedNote(revisions, events int) string {
+	return fmt.Sprintf("%d alert revisions name only the first events of their evidence (evidence_omitted: %d events left out "+
+		"so that the values fit the producer's record limit); the events left out are not checked", revisions, events)
 }
 
 // merges reports whether the rule's alerts can be merged: sliding
@@ -147,16 +163,20 @@ func (rc *ruleCheck) shapeProblem(a *alerts.Alert, key string) string {
 
 // windowProblem checks the evidence against the window: a sliding rule
 // names exactly its N firing events, in (ts, event_id) order, spanning at
-// most the window size, the first at the incident's start; an aggregating rule names 1 to EvidenceLimit
-// distinct events, no more than its count, each inside the window
-// [start, end) (tumbling and hopping: a window of the rule's size, aligned
-// to its advance; session: at least the gap long).
+// most the window size, the first at the incident's start; an aggregating
+// rule names 1 to EvidenceLimit distinct events, no more than its count,
+// each inside the window [start, end) (tumbling and hopping: a window of
+// the rule's size, aligned to its advance; session: at least the gap
+// long). Events left out to fit the producer's record limit
+// (evidence_omitted) count towards those numbers; the checks of the events
+// apply to those named.
 func (rc *ruleCheck) windowProblem(a *alerts.Alert) string {
 	c, ev := rc.c, a.Evidence
+	total := len(ev) + a.EvidenceOmitted
 	if c.Rule.Window.Type == rules.Sliding {
 		switch n := len(ev); {
-		case n != c.N:
-			return fmt.Sprintf("%d evidence samples, want %d", n, c.N)
+		case total != c.N:
+			return fmt.Sprintf("%s, want %d", samples(a), c.N)
 		case n > 0 && ev[n-1].TS-ev[0].TS > c.SizeMs:
 			return fmt.Sprintf("evidence spans %dms > window %s", ev[n-1].TS-ev[0].TS, c.Rule.Window.Size)
 		case n > 0 && a.Status != alerts.StatusMerged && (ev[0].TS != a.Start || ev[n-1].TS > a.End):
@@ -172,8 +192,8 @@ func (rc *ruleCheck) windowProblem(a *alerts.Alert) string {
 		}
 		return ""
 	}
-	if len(ev) < 1 || len(ev) > pipeline.EvidenceLimit || len(ev) > a.Count {
-		return fmt.Sprintf("%d evidence samples, want 1 to %d and at most the count %d", len(ev), pipeline.EvidenceLimit, a.Count)
+	if total < 1 || total > pipeline.EvidenceLimit || total > a.Count {
+		return fmt.Sprintf("%s, want 1 to %d and at most the count %d", samples(a), pipeline.EvidenceLimit, a.Count)
 	}
 	ids := map[string]bool{}
 	for _, e := range ev {
@@ -200,6 +220,15 @@ func (rc *ruleCheck) windowProblem(a *alerts.Alert) string {
 }
 
 func floorMod(a, m int64) int64 { return ((a % m) + m) % m }
+
+// samples describes how many evidence samples a revision has: "3 evidence
+// samples", or "2 evidence samples + 5 omitted".
+func samples(a *alerts.Alert) string {
+	if a.EvidenceOmitted == 0 {
+		return fmt.Sprintf("%d evidence samples", len(a.Evidence))
+	}
+	return fmt.Sprintf("%d evidence samples + %d omitted", len(a.Evidence), a.EvidenceOmitted)
+}
 
 // checkEvidence checks every evidence sample of a revision.
 func (rc *ruleCheck) checkEvidence(a *alerts.Alert, key string) {

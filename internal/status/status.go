@@ -115,6 +115,7 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 <small>{{.Reason}} · alert {{.AlertID}}</small>
 <table class="evidence"><tr><th class="l">event</th><th class="l">sensor</th><th class="l">ts</th><th>value (mm/s)</th><th>partition</th><th>offset</th></tr>
 {{range .Evidence}}<tr><td class="l">{{.EventID}}</td><td class="l">{{.SensorID}}</td><td class="l">{{.TS}}</td><td>{{.Value}}</td><td>{{.Partition}}</td><td>{{.Offset}}</td></tr>{{end}}
+{{if .EvidenceOmitted}}<tr><td colspan="6" class="l omitted">and {{.EvidenceOmitted}} more, left out of the alert to fit the record limit</td></tr>{{end}}
 </table></div>
 {{else}}<p id="no-alerts">no alert yet</p>{{end}}
 </body></html>
