@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,7 +109,7 @@ func TestReplayIntoNewVersion(t *testing.T) {
 	p = startProcessor(t, v2)
 	kafkatest.WaitCommitted(t, v2.Brokers, v2.GroupID, "vibration.events", input, 30*time.Second)
 	p.stop(t)
-	rep, err := reconcile.Run(context.Background(), reconcile.Options{Config: v2, Recompute: false, Timeout: 20 * time.Second})
+	rep, err := reconcile.Run(context.Background(), reconcile.Options{Config: v2, Recompute: true, Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +136,23 @@ func TestReplayIntoNewVersion(t *testing.T) {
 	}
 	if v1n == 0 || v2n == 0 {
 		t.Fatalf("alerts: %d of v1, %d of v2", v1n, v2n)
+	}
+	// What reconcile cannot tell apart yet (docs/RUNBOOK.md, "Reconcile",
+	// known gaps): the replayed range's records are dead-lettered again,
+	// and dead letters carry no rule version. Anything else is a
+	// violation: v2's alerts, late records and accounting must be exact
+	// (v1's alerts on the same topic are noted, not checked).
+	for _, v := range rep.Violations {
+		known := strings.Contains(v, "vibration.events.dlq: input record") && strings.HasSuffix(v, "appears twice") ||
+			strings.Contains(v, "records in vibration.events.dlq, accounting says") ||
+			v == "(more violations not shown)" ||
+			strings.HasPrefix(v, "committed outputs differ") && !strings.Contains(v, "alerts key") && !strings.Contains(v, "late")
+		if !known {
+			t.Errorf("reconcile after the replay: %s", v)
+		}
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "vibration-high v1") }) {
+		t.Errorf("reconcile notes %q, want v1's alerts noted as another version's", rep.Notes)
 	}
 	for p, a := range rep.Partitions {
 		if !a.Balanced() || a.Records == 0 {
