@@ -44,9 +44,13 @@ type crasher struct {
 	rng       *rand.Rand
 	kills     int
 	// midStream counts the kills that landed while the input was being
-	// written (at least one record written, the producer still running):
-	// the producer goes on until there are enough of them.
+	// written (at least one record written, the producer still running)
+	// and after the killed incarnation had committed at least one
+	// transaction (the group's committed offsets moved during its life:
+	// it was past start-up and restore, processing): the producer goes on
+	// until there are enough of them.
 	midStream atomic.Int64
+	starting  int // kills before the incarnation committed anything
 	behind    int // kills while the group had input in hand, not committed
 }
 
@@ -61,6 +65,7 @@ func newCrasher(t *testing.T, d *deployment, instance string, wipe bool) *crashe
 func (c *crasher) run(t *testing.T, pr *producer) *proc {
 	t.Helper()
 	adm := harness.NewAdmin(t, c.d.seeds)
+	base := committedSum(adm, c.d.group, c.d.input)
 	p := c.d.start(c.instance, c.stateDir)
 	for pr.running() {
 		gap := killGapMin + time.Duration(c.rng.Int64N(int64(killGapMax-killGapMin)))
@@ -76,21 +81,26 @@ func (c *crasher) run(t *testing.T, pr *producer) *proc {
 		}
 		inHand := behind(adm, c.d.group, c.d.input)
 		sent := pr.sent.Load()
+		progressed := committedSum(adm, c.d.group, c.d.input) > base
 		p.kill(t, c.d)
 		c.kills++
-		if sent > 0 && pr.running() {
+		switch {
+		case !progressed:
+			c.starting++
+		case sent > 0 && pr.running():
 			c.midStream.Add(1)
 		}
 		if inHand {
 			c.behind++
 		}
-		t.Logf("kill %d: SIGKILL %s after %v (input written so far: %d records; group behind the input: %v)",
-			c.kills, p.name, time.Since(p.started).Round(time.Millisecond), sent, inHand)
+		t.Logf("kill %d: SIGKILL %s after %v (input written so far: %d records; group behind the input: %v; the incarnation had committed: %v)",
+			c.kills, p.name, time.Since(p.started).Round(time.Millisecond), sent, inHand, progressed)
 		if c.wipeState {
 			if err := os.RemoveAll(c.stateDir); err != nil {
 				t.Fatalf("delete state directory: %v", err)
 			}
 		}
+		base = committedSum(adm, c.d.group, c.d.input)
 		p = c.d.start(c.instance, c.stateDir)
 	}
 	return p
@@ -147,10 +157,14 @@ func TestCrashEquivalence(t *testing.T) {
 		}
 		t.Logf("%s: processor reconcile --recompute: %s", d.name, lastLine(stderr))
 	}
-	t.Logf("crash run: %d SIGKILLs, %d while the input was being written, %d with committed offsets behind the input; %d records of aborted transactions in its output and changelog topics (the clean run's: %d)",
-		c.kills, c.midStream.Load(), c.behind, gotCrash.aborted(t, crash), gotClean.aborted(t, clean))
+	aborted := gotCrash.aborted(t, crash)
+	t.Logf("crash run: %d SIGKILLs, %d of them while processing (after the incarnation's first commit) with the input being written, %d during start-up, %d with committed offsets behind the input; %d records of aborted transactions in its output and changelog topics (the clean run's: %d)",
+		c.kills, c.midStream.Load(), c.starting, c.behind, aborted, gotClean.aborted(t, clean))
 	if n := c.midStream.Load(); n < minKills {
-		t.Errorf("%d kills while the input was being written, want at least %d", n, minKills)
+		t.Errorf("%d kills while processing with the input being written, want at least %d", n, minKills)
+	}
+	if aborted == 0 {
+		t.Error("no kill left an aborted transaction behind: no kill landed inside a transaction, the run proves little")
 	}
 	for _, l := range clean.notable(10) {
 		t.Logf("clean run log: %s", l)

@@ -259,6 +259,25 @@ func committedProgress(adm *kadm.Client, group, topic string, ends map[int32]int
 	return done, strings.TrimSuffix(b.String(), "; "), nil
 }
 
+// committedSum is the sum of the group's committed offsets on topic (-1
+// for none), for telling whether an instance committed anything between
+// two calls; -1 on an error.
+func committedSum(adm *kadm.Client, group, topic string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil || offs.Error() != nil {
+		return -1
+	}
+	var n int64
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic {
+			n += o.At
+		}
+	})
+	return n
+}
+
 // behind reports whether the group's committed offsets are behind the
 // input's current end offsets (the instance has work in hand).
 func behind(adm *kadm.Client, group, topic string) bool {

@@ -15,8 +15,10 @@
 //
 // Invariants: the harness never skips a test. Without a broker every test
 // that asks for one fails with a message that says how to get one, so a CI
-// run without Kafka cannot pass by running nothing (scripts/test.sh also
-// exports E2E_REQUIRE_BROKER=1 under CI=true for tests that check it).
+// run without Kafka cannot pass by running nothing. scripts/test.sh exports
+// E2E_REQUIRE_BROKER=1 under CI=true: then only the broker it started and
+// named in KAFKA_BOOTSTRAP is used (no listener found on 9092, no
+// container), so CI proves the claims against the project's own broker.
 // Topics are created per test with unique names and deleted in t.Cleanup, so
 // tests may run in parallel against one shared broker.
 //
