@@ -2,6 +2,7 @@ package consume
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
@@ -247,6 +251,57 @@ func TestRulePartChunkCountsFollowTheStore(t *testing.T) {
 	}
 }
 
+// bigID is the id of event i, as long as valid ids get (1 KB).
+func bigID(i int) string {
+	p := fmt.Sprintf("e%05d-", i)
+	return p + strings.Repeat("x", event.MaxIDBytes-len(p))
+}
+
+// bigIDRecord is an event of machine at base+at.
+func bigIDRecord(t *testing.T, machine string, base time.Time, id string, at time.Duration, value float64) sim.Record {
+	t.Helper()
+	ts := base.Add(at)
+	v, err := json.Marshal(map[string]any{"event_id": id, "machine_id": machine, "sensor_id": "S-1",
+		"ts": ts.UnixMilli(), "seq": 0, "value": value, "unit": "mm/s", "schema_version": 1, "quality": "good"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim.Record{Key: []byte(machine), Value: v, Timestamp: ts}
+}
+
+// bigIDEvents are qualifying events from..to-1 of machine, one a second
+// from base, with ids bigID(i).
+func bigIDEvents(t *testing.T, machine string, base time.Time, from, to int) []sim.Record {
+	t.Helper()
+	var rs []sim.Record
+	for i := from; i < to; i++ {
+		rs = append(rs, bigIDRecord(t, machine, base, bigID(i), time.Duration(i)*time.Second, 9))
+	}
+	return rs
+}
+
+// liveChunks returns the changelog's chunk keys whose last record is not
+// a tombstone.
+func liveChunks(t *testing.T, seeds []string, cfg config.Config) []string {
+	t.Helper()
+	live := map[string]bool{}
+	for _, r := range readAll(t, seeds, cfg.ChangelogTopic()) {
+		if len(r.Value) > chunkBytes+64 {
+			t.Errorf("changelog record %.16q of %d bytes", r.Key, len(r.Value))
+		}
+		if isChunkKey(r.Key) {
+			live[fmt.Sprintf("%d/%.24q", r.Partition, r.Key)] = r.Value != nil
+		}
+	}
+	var out []string
+	for k, ok := range live {
+		if ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // A sliding key whose state outgrows a Kafka record: one machine sends
 // qualifying events with ids as long as valid ids get (1 KB), one a
 // second, and the rule remembers every id of its dedup horizon (1 h): its
@@ -262,24 +317,12 @@ func TestLargeKeyStateIsChunked(t *testing.T) {
 	cfg := testConfig(seeds, t.TempDir(), "chunks")
 	const machine = "M-chunky"
 	base := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
-	id := func(i int) string {
-		p := fmt.Sprintf("e%05d-", i)
-		return p + strings.Repeat("x", event.MaxIDBytes-len(p))
-	}
+	id := bigID
 	rec := func(id string, at time.Duration, value float64) sim.Record {
-		ts := base.Add(at)
-		v, err := json.Marshal(map[string]any{"event_id": id, "machine_id": machine, "sensor_id": "S-1",
-			"ts": ts.UnixMilli(), "seq": 0, "value": value, "unit": "mm/s", "schema_version": 1, "quality": "good"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sim.Record{Key: []byte(machine), Value: v, Timestamp: ts}
+		return bigIDRecord(t, machine, base, id, at, value)
 	}
 	events := func(from, to int, dups ...int) []sim.Record {
-		var rs []sim.Record
-		for i := from; i < to; i++ {
-			rs = append(rs, rec(id(i), time.Duration(i)*time.Second, 9))
-		}
+		rs := bigIDEvents(t, machine, base, from, to)
 		for _, d := range dups { // sent again: a duplicate within the horizon
 			rs = append(rs, rec(id(d), time.Duration(d)*time.Second, 9))
 		}
@@ -336,20 +379,60 @@ func TestLargeKeyStateIsChunked(t *testing.T) {
 	}
 	// The changelog's final state holds no chunk (the key was deleted, the
 	// new one is small), and no record over the bound.
-	type pk struct {
-		p   int32
-		key string
+	if live := liveChunks(t, seeds, cfg); len(live) > 0 {
+		t.Errorf("chunks still live: %v", live)
 	}
-	live := map[pk]bool{}
-	for _, r := range readAll(t, seeds, cfg.ChangelogTopic()) {
-		if len(r.Value) > chunkBytes+64 {
-			t.Errorf("changelog record %.16q of %d bytes", r.Key, len(r.Value))
-		}
-		live[pk{r.Partition, string(r.Key)}] = r.Value != nil
+}
+
+// A start from scratch over a changelog whose earlier history holds a
+// chunked entry deletes its chunks with its other keys at its first commit
+// of the partition (they are live keys of that history): a full restore
+// afterwards finds no chunk without its manifest.
+func TestScratchStartDeletesChunks(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "scratchchunks")
+	in := cfg.Topics.Input
+	base := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for k, ok := range live {
-		if ok && isChunkKey([]byte(k.key)) {
-			t.Errorf("partition %d: chunk %.24q still live", k.p, k.key)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	log := pipeline.Log{}
+	run := func(recs []sim.Record, wipe bool) {
+		t.Helper()
+		if wipe {
+			if err := os.RemoveAll(cfg.StateDir); err != nil {
+				t.Fatal(err)
+			}
 		}
+		produce(t, seeds, in, recs, log)
+		p := start(t, cfg, Options{})
+		waitConsumed(t, seeds, cfg, log)
+		p.stop(t)
+	}
+	run(bigIDEvents(t, "M-old", base, 0, 1100), false)
+	if len(liveChunks(t, seeds, cfg)) == 0 {
+		t.Fatal("no chunk in the first history: the fixture proves nothing")
+	}
+	if _, err := adm.DeleteGroup(context.Background(), cfg.GroupID); err != nil {
+		t.Fatal(err)
+	}
+	var del kadm.Offsets
+	for p, rs := range log {
+		del.Add(kadm.Offset{Topic: in, Partition: p, At: rs[len(rs)-1].Offset + 1, LeaderEpoch: -1})
+	}
+	if resp, err := adm.DeleteRecords(context.Background(), del); err != nil || resp.Error() != nil {
+		t.Fatal(err, resp.Error())
+	}
+	log = pipeline.Log{} // the new history's input
+	// The same machine (so the same partition, which only a commit of the
+	// new history cleans), small state: only the scratch start's
+	// tombstones delete the chunks.
+	run(bigIDEvents(t, "M-old", base.Add(2*time.Hour), 0, 3), false) // from scratch
+	run(bigIDEvents(t, "M-old", base.Add(2*time.Hour), 3, 6), true)  // full restore
+	if live := liveChunks(t, seeds, cfg); len(live) > 0 {
+		t.Errorf("chunks of the earlier history still live: %v", live)
 	}
 }
