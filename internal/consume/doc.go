@@ -20,6 +20,9 @@
 //   - Every input record is counted as exactly one of processed, filtered,
 //     duplicate, dead_lettered or too_late, in the same transaction as its
 //     offset (the accounting record "a" of the changelog).
+//   - No changelog record's value exceeds 512 KiB: a longer state entry is
+//     written as chunks plus a manifest in the same transaction, its
+//     unused chunks deleted with it, and joined when loaded (chunk.go).
 //   - Decisions depend only on the log; the wall clock only paces commits
 //     and the retries of an unavailable schema registry.
 //   - The records of an Avro source are decoded only after their writer

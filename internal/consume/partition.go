@@ -87,10 +87,15 @@ type rulePart struct {
 	// tombstones are changelog keys of an earlier history, deleted by the
 	// first commit of a partition started from scratch (restorePartition).
 	tombstones [][]byte
+	// chunks are the committed entries written in chunks (chunk.go): record
+	// key -> chunk count, rebuilt from the manifests at load.
+	chunks map[string]int
 
 	// Of the open batch:
-	lastCL    *kgo.Record         // last changelog record produced in this batch
-	batchAcct pipeline.Accounting // acct as it will be once the batch commits
+	lastCL      *kgo.Record         // last changelog record produced in this batch
+	batchAcct   pipeline.Accounting // acct as it will be once the batch commits
+	batchChunks map[string]int      // chunk counts the batch changes (0: none any more)
+	chunked     int                 // entries the batch writes in chunks
 }
 
 // ErrRuleChanged is returned when a rule's stored state was written by a
@@ -110,7 +115,7 @@ func (t *task) changedHint() string {
 // partition's dedup sharing (pipeline.DedupShare): every rule of the
 // partition is loaded into it, all or none.
 func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error) {
-	rp := &rulePart{t: t, win: t.stage.NewPartitionShared(share), acct: pipeline.Accounting{Version: 1}}
+	rp := &rulePart{t: t, win: t.stage.NewPartitionShared(share), acct: pipeline.Accounting{Version: 1}, chunks: map[string]int{}}
 	target, _, err := t.store.Checkpoint(p)
 	if err != nil {
 		return nil, err
@@ -127,7 +132,23 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
 			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.hash, t.changedHint())
 	}
+	// Chunks are counted here and read through their manifests; every
+	// chunk must belong to one.
+	var chunkEntries, manifestChunks int
 	err = t.store.Scan(p, func(name, value []byte) error {
+		if isChunkKey(name) {
+			chunkEntries++
+			return nil
+		}
+		if isManifest(value) {
+			v, m, err := joinChunks(name, value, func(key []byte) ([]byte, error) { return t.store.Get(p, key) })
+			if err != nil {
+				return err
+			}
+			value = v
+			rp.chunks[string(name)] = m.count
+			manifestChunks += m.count
+		}
 		switch {
 		case string(name) == changelogMeta:
 			return rp.win.LoadMeta(value)
@@ -145,6 +166,9 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 			return fmt.Errorf("unknown state entry %q", name)
 		}
 	})
+	if err == nil && chunkEntries != manifestChunks {
+		err = fmt.Errorf("%w: %d chunk entries, the manifests name %d", errCorruptChunks, chunkEntries, manifestChunks)
+	}
 	if errors.Is(err, aggwindow.ErrUnknownVersion) || errors.Is(err, window.ErrUnknownVersion) || errors.Is(err, dedup.ErrUnknownVersion) {
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w; the state was written in a format this processor does not read (for example tumbling and hopping windows before format version 2, docs/RUNBOOK.md \"State format upgrades\"): bump the rule's version and replay (processor replay), or run the processor that wrote it", t.ns, p, err)
 	}
@@ -211,33 +235,62 @@ type clEntry struct {
 // changelogEntries sweeps the state of every rule of the partition and
 // returns what the batch changed, in order: per rule the tombstones of an
 // earlier history (the first batch after a start from scratch), its dirty
-// key entries, then the meta, extra, hash and accounting records. It touches only this
-// partition's state, so partitions are encoded in parallel.
+// key entries, then the meta, extra, hash and accounting records. An entry
+// longer than chunkBytes is written as chunks and a manifest, and the
+// chunks an entry no longer uses are deleted (chunk.go). It touches only
+// this partition's state, so partitions are encoded in parallel.
 func (pt *part) changelogEntries() ([]clEntry, error) {
 	var out []clEntry
 	for _, rp := range pt.rs {
+		rp.batchChunks, rp.chunked = nil, 0
+		emit := func(name, value []byte) {
+			had := rp.chunks[string(name)]
+			var n int
+			out, n = chunkedEntries(out, rp, name, value, had, chunkBytes)
+			if n != had {
+				if rp.batchChunks == nil {
+					rp.batchChunks = map[string]int{}
+				}
+				rp.batchChunks[string(name)] = n
+			}
+			if n > 0 {
+				rp.chunked++
+			}
+		}
 		for _, k := range rp.tombstones { // before the entries that may rewrite them
 			out = append(out, clEntry{rp, k, nil})
 		}
 		rp.win.Sweep()
 		names, meta := rp.win.Dirty()
 		for _, k := range names {
-			out = append(out, clEntry{rp, append([]byte{changelogKeyPrefix}, k...), rp.win.EncodeKey(k)})
+			emit(append([]byte{changelogKeyPrefix}, k...), rp.win.EncodeKey(k))
 		}
 		if meta {
-			out = append(out, clEntry{rp, []byte(changelogMeta), rp.win.EncodeMeta()})
+			emit([]byte(changelogMeta), rp.win.EncodeMeta())
 		}
 		if rp.win.ExtraDirty() {
-			out = append(out, clEntry{rp, []byte(changelogExtra), rp.win.EncodeExtra()})
+			emit([]byte(changelogExtra), rp.win.EncodeExtra())
 		}
 		if !rp.hashOK {
-			out = append(out, clEntry{rp, []byte(changelogHash), []byte(rp.t.hash)})
+			out = append(out, clEntry{rp, []byte(changelogHash), []byte(rp.t.hash)}) // 64 bytes, read whole (loadRulePart, restorePartition)
 		}
 		acct, err := jsonMarshal(rp.batchAcct)
 		if err != nil {
 			return out, err
 		}
-		out = append(out, clEntry{rp, []byte(changelogAcct), acct})
+		out = append(out, clEntry{rp, []byte(changelogAcct), acct}) // a few hundred bytes, read whole (internal/reconcile)
 	}
 	return out, nil
+}
+
+// commitChunks records what the committed batch did to the chunked entries.
+func (rp *rulePart) commitChunks() {
+	for name, n := range rp.batchChunks {
+		if n == 0 {
+			delete(rp.chunks, name)
+		} else {
+			rp.chunks[name] = n
+		}
+	}
+	rp.batchChunks, rp.chunked = nil, 0
 }

@@ -108,6 +108,7 @@ type ruleMetrics struct {
 	records *prometheus.CounterVec // rule, outcome
 	delay   *prometheus.GaugeVec   // rule, partition: the adaptive watermark's delay
 	atRisk  *prometheus.CounterVec // rule
+	chunked *prometheus.CounterVec // rule
 }
 
 func newRuleMetrics(m *metrics.Metrics, tasks []*task) (ruleMetrics, error) {
@@ -121,8 +122,11 @@ func newRuleMetrics(m *metrics.Metrics, tasks []*task) (ruleMetrics, error) {
 		atRisk: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "processor_alerts_at_risk_total", Help: "Events a rule's adaptive watermark applied that its fixed delay would have called too late.",
 		}, []string{"rule"}),
+		chunked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "processor_state_chunked_writes_total", Help: "State entries larger than one changelog record (512 KiB) written as chunks and a manifest, by rule, counted at commit.",
+		}, []string{"rule"}),
 	}
-	for _, c := range []prometheus.Collector{rm.records, rm.delay, rm.atRisk} {
+	for _, c := range []prometheus.Collector{rm.records, rm.delay, rm.atRisk, rm.chunked} {
 		if err := m.Register(c); err != nil {
 			return rm, err
 		}
@@ -132,6 +136,7 @@ func newRuleMetrics(m *metrics.Metrics, tasks []*task) (ruleMetrics, error) {
 			rm.records.WithLabelValues(t.ns, o)
 		}
 		rm.atRisk.WithLabelValues(t.ns)
+		rm.chunked.WithLabelValues(t.ns)
 	}
 	return rm, nil
 }
@@ -997,6 +1002,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			rp.lastCL = nil
 			rp.hashOK = true
 			rp.tombstones = nil
+			rp.commitChunks()
 			rp.win.ClearDirty()
 		}
 		pt.touched = false
@@ -1197,6 +1203,9 @@ func (p *Processor) countCommitted(pt *part) {
 		p.rm.records.WithLabelValues(ns, "duplicate").Add(float64(n.Duplicate - o.Duplicate))
 		p.rm.records.WithLabelValues(ns, "dead_lettered").Add(float64(n.DeadLettered - o.DeadLettered))
 		p.rm.records.WithLabelValues(ns, "too_late").Add(float64(n.TooLate - o.TooLate))
+		if rp.chunked > 0 {
+			p.rm.chunked.WithLabelValues(ns).Add(float64(rp.chunked))
+		}
 		if k := rp.win.TakeAtRisk(); k > 0 {
 			p.rm.atRisk.WithLabelValues(ns).Add(float64(k))
 		}
