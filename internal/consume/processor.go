@@ -310,10 +310,30 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 		in.dlqs = []string{t.dlq}
 		in.markers = true
 	}
+	// A committed input offset carries every rule's changelog position of
+	// its topic (txn.EncodePositions); Kafka refuses commit metadata over
+	// offset.metadata.max.bytes (4096 by default), which would abort every
+	// transaction. Refuse such a configuration at start-up instead.
+	for _, topic := range p.topics {
+		n := len("v2")
+		var ids []string
+		for _, t := range p.sources[topic].tasks {
+			n += len(" ") + len(t.ns) + len("=") + 19 // the largest int64
+			ids = append(ids, t.rule.Rule.ID)
+		}
+		if n > MaxCommitMetadataBytes {
+			return fmt.Errorf("consume: the %d rules reading %s (%s) need up to %d bytes of commit metadata (their changelog positions), more than Kafka's default offset.metadata.max.bytes of %d: use shorter rule ids, or fewer rules per source topic",
+				len(ids), topic, strings.Join(ids, ", "), n, MaxCommitMetadataBytes)
+		}
+	}
 	p.primary = rs[0].Rule.Source
 	slices.Sort(p.topics)
 	return nil
 }
+
+// MaxCommitMetadataBytes is Kafka's default offset.metadata.max.bytes: the
+// largest commit metadata a broker accepts unless configured otherwise.
+const MaxCommitMetadataBytes = 4096
 
 // StateDir is where the local store of the configuration's first rule
 // lives (see RuleStateDir).

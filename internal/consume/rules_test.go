@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
 	"github.com/vibeline/processor/internal/kafkatest"
+	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/sim"
 )
@@ -569,5 +572,30 @@ func TestIdleSourcePartitionsReleaseTheRepartitionedWatermark(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d windows closed, the reference closes %d", len(got), len(want))
+	}
+}
+
+// Rules whose changelog positions would not fit in Kafka's default commit
+// metadata (4096 bytes) are refused at start-up, naming the topic and the
+// rules, instead of every commit failing.
+func TestTooManyRulesForCommitMetadataRefused(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "  - id: %s-%02d\n    version: 1\n    source: vibration.events\n    filter: value >= 7.1\n    window: {type: sliding, size: 2m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d}\n", strings.Repeat("r", 150), i, i)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.RulesFile, cfg.StateDir = path, t.TempDir()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cfg, Options{Metrics: met})
+	if err == nil || !strings.Contains(err.Error(), "offset.metadata.max.bytes") || !strings.Contains(err.Error(), "vibration.events") {
+		t.Fatalf("New: %v, want the commit metadata refusal", err)
 	}
 }
