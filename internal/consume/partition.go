@@ -132,12 +132,15 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
 			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.hash, t.changedHint())
 	}
-	// Chunks are counted here and read through their manifests; every
-	// chunk must belong to one.
-	var chunkEntries, manifestChunks int
+	// Chunks are read through their manifests. A chunk no manifest names
+	// is not state: at_least_once flushes an aborted batch's changelog
+	// records, and chunks of a larger value it wrote outlive the committed
+	// value that replaced it. It is deleted at the next commit.
+	var chunkNames []string
+	named := map[string]bool{}
 	err = t.store.Scan(p, func(name, value []byte) error {
 		if isChunkKey(name) {
-			chunkEntries++
+			chunkNames = append(chunkNames, string(name))
 			return nil
 		}
 		if isManifest(value) {
@@ -147,7 +150,9 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 			}
 			value = v
 			rp.chunks[string(name)] = m.count
-			manifestChunks += m.count
+			for i := range m.count {
+				named[string(chunkKey(name, i))] = true
+			}
 		}
 		switch {
 		case string(name) == changelogMeta:
@@ -166,8 +171,10 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 			return fmt.Errorf("unknown state entry %q", name)
 		}
 	})
-	if err == nil && chunkEntries != manifestChunks {
-		err = fmt.Errorf("%w: %d chunk entries, the manifests name %d", errCorruptChunks, chunkEntries, manifestChunks)
+	for _, c := range chunkNames {
+		if !named[c] {
+			rp.tombstones = append(rp.tombstones, []byte(c))
+		}
 	}
 	if errors.Is(err, aggwindow.ErrUnknownVersion) || errors.Is(err, window.ErrUnknownVersion) || errors.Is(err, dedup.ErrUnknownVersion) {
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w; the state was written in a format this processor does not read (for example tumbling and hopping windows before format version 2, docs/RUNBOOK.md \"State format upgrades\"): bump the rule's version and replay (processor replay), or run the processor that wrote it", t.ns, p, err)

@@ -1505,7 +1505,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			return p.fail(fmt.Errorf("%w: %w", errFatal, err))
 		}
 		for _, rp := range pt.rs {
-			rp.tombstones = scratch[rp.t]
+			rp.tombstones = append(rp.tombstones, scratch[rp.t]...) // after orphan chunks (loadRulePart)
 			// State of this rule version exists, but the group's offset
 			// was committed by something else (another version or
 			// configuration of the group ran in between, or a tool reset
