@@ -176,7 +176,7 @@ func TestStaleChunksAreDeleted(t *testing.T) {
 
 // The rule part's bookkeeping over committed and aborted batches: the
 // chunk counts change only when a batch commits, and a load from the
-// store finds them again (and refuses chunks no manifest names).
+// store finds them again (and deletes chunks no manifest names).
 func TestRulePartChunkCountsFollowTheStore(t *testing.T) {
 	cfg := testConfig(nil, t.TempDir(), "unit")
 	stage, err := pipeline.NewStage(cfg.Rule)

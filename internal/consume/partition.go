@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -102,6 +103,26 @@ type rulePart struct {
 // different definition of the same rule id and version.
 var ErrRuleChanged = fmt.Errorf("consume: rule changed without a version bump")
 
+// stateHashPrefix marks the value of the "h" entry as a state hash
+// (config.StateHash, which covers rule.max_future_skew). Processors before
+// it stored the rule's hash alone, without a prefix.
+const stateHashPrefix = "2:"
+
+// hashMatches reports whether the stored "h" value names this rule's
+// definition. A legacy value (the rule's hash alone, written before the
+// skew was hashed) matches when it is the rule's hash: the skew it ran
+// with is not known, and is taken to be unchanged (legacy reports it, and
+// the next commit rewrites it as a state hash).
+func (t *task) hashMatches(stored string) (same, legacy bool) {
+	if stored == "" {
+		return true, false // no state yet
+	}
+	if h, ok := strings.CutPrefix(stored, stateHashPrefix); ok {
+		return h == t.hash, false
+	}
+	return stored == t.rule.Hash, true
+}
+
 // changedHint is what to do about state of another definition.
 func (t *task) changedHint() string {
 	if t.clFixed {
@@ -128,9 +149,10 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}
 	stored := string(h)
-	if stored != "" && stored != t.hash {
+	same, legacy := t.hashMatches(stored)
+	if stored != "" && !same {
 		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
-			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, stored, t.hash, t.changedHint())
+			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, strings.TrimPrefix(stored, stateHashPrefix), t.hash, t.changedHint())
 	}
 	// Chunks are read through their manifests. A chunk no manifest names
 	// is not state: at_least_once flushes an aborted batch's changelog
@@ -182,7 +204,7 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 	if err != nil {
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}
-	rp.hashOK = stored != ""
+	rp.hashOK = stored != "" && !legacy // a legacy hash is rewritten at the next commit
 	rp.win.ClearLoaded()
 	rp.batchAcct = rp.acct
 	return rp, nil
@@ -279,7 +301,7 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 			emit([]byte(changelogExtra), rp.win.EncodeExtra())
 		}
 		if !rp.hashOK {
-			out = append(out, clEntry{rp, []byte(changelogHash), []byte(rp.t.hash)}) // 64 bytes, read whole (loadRulePart, restorePartition)
+			out = append(out, clEntry{rp, []byte(changelogHash), []byte(stateHashPrefix + rp.t.hash)}) // 66 bytes, read whole (loadRulePart, restorePartition)
 		}
 		acct, err := jsonMarshal(rp.batchAcct)
 		if err != nil {

@@ -1504,21 +1504,52 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 			// hang. Stop with the reason.
 			return p.fail(fmt.Errorf("%w: %w", errFatal, err))
 		}
+		// A rule restored to its changelog's end without a position in
+		// the group's commit: its state must end where the group's offset
+		// is, or be none at all (a rule added to the group, or a first
+		// batch that aborted: exactly_once never commits its records).
+		again := false
 		for _, rp := range pt.rs {
-			rp.tombstones = append(rp.tombstones, scratch[rp.t]...) // after orphan chunks (loadRulePart)
+			if !resumed[rp.t] || rp.acct.NextOffset == 0 || rp.acct.NextOffset == co.offset {
+				continue
+			}
+			if p.cfg.Mode == config.AtLeastOnce && rp.acct.NextOffset > co.offset {
+				// at_least_once flushes an aborted batch's changelog
+				// records: state ahead of every commit is not this rule's
+				// committed state. Start it from empty state, as a rule
+				// added to the group.
+				p.log.Warn("consume: the changelog is ahead of the group's offset, which names no position of this rule (an aborted first batch): starting the rule from empty state",
+					"rule", rp.t.ns, "topic", k.topic, "partition", k.id, "state_next_offset", rp.acct.NextOffset, "offset", co.offset)
+				end, err := rp.t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				old, err := p.restorePartition(ctx, rp.t, k.id, end, true)
+				if err != nil {
+					return p.fail(err)
+				}
+				scratch[rp.t], again = old, true
+				continue
+			}
 			// State of this rule version exists, but the group's offset
 			// was committed by something else (another version or
 			// configuration of the group ran in between, or a tool reset
 			// the offsets): resuming there would skip, or count twice,
 			// the records between the two.
-			if resumed[rp.t] && rp.acct.NextOffset != co.offset {
-				what := "skip"
-				if rp.acct.NextOffset > co.offset {
-					what = "count twice"
-				}
-				return p.fail(fmt.Errorf("%w: rule %s, partition %s/%d: its state (changelog %s) ends at input offset %d, but the group's committed offset is %d and names no position of this rule (another rule version or configuration ran the group since, or the offsets were reset by a tool); resuming would %s the records in between: bump the rule's version and replay (processor replay), or reset the group's offsets of this partition to %d",
-					errFatal, rp.t.ns, k.topic, k.id, rp.t.cl, rp.acct.NextOffset, co.offset, what, rp.acct.NextOffset))
+			what := "skip"
+			if rp.acct.NextOffset > co.offset {
+				what = "count twice"
 			}
+			return p.fail(fmt.Errorf("%w: rule %s, partition %s/%d: its state (changelog %s) ends at input offset %d, but the group's committed offset is %d and names no position of this rule (another rule version or configuration ran the group since, or the offsets were reset by a tool); resuming would %s the records in between: bump the rule's version and replay (processor replay)",
+				errFatal, rp.t.ns, k.topic, k.id, rp.t.cl, rp.acct.NextOffset, co.offset, what))
+		}
+		if again {
+			if pt, err = loadPart(src, k); err != nil {
+				return p.fail(fmt.Errorf("%w: %w", errFatal, err))
+			}
+		}
+		for _, rp := range pt.rs {
+			rp.tombstones = append(rp.tombstones, scratch[rp.t]...) // after orphan chunks (loadRulePart)
 		}
 		pt.restoredAt = max(co.offset, 0)
 		if len(src.forwards) > 0 {
@@ -1602,9 +1633,9 @@ func (p *Processor) restorePartition(ctx context.Context, t *task, id int32, tar
 			// changed rule must not add alerts of another definition
 			// under the same ids (the group's offsets expired or were
 			// deleted, the rule edited without a version bump).
-			if len(hash) > 0 && string(hash) != t.hash {
+			if same, _ := t.hashMatches(string(hash)); len(hash) > 0 && !same {
 				return nil, fmt.Errorf("%w: %w: rule %s version %d: the earlier history of changelog %s (partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
-					errFatal, ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, id, hash, t.hash, t.changedHint())
+					errFatal, ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, id, strings.TrimPrefix(string(hash), stateHashPrefix), t.hash, t.changedHint())
 			}
 			for k, ok := range live {
 				if ok {

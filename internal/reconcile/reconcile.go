@@ -337,8 +337,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // the last of all).
 func readAccounting(changelog []*kgo.Record, from, to time.Time, base, top map[int32]pipeline.Accounting, violate func(string, ...any)) {
 	for _, r := range changelog {
-		if string(r.Key) != "a" {
-			continue
+		if string(r.Key) != "a" || r.Value == nil {
+			continue // a tombstone: a scratch start deleting an earlier history, with its new accounting after it
 		}
 		var a pipeline.Accounting
 		if err := json.Unmarshal(r.Value, &a); err != nil {

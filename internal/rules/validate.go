@@ -158,8 +158,9 @@ func compile(r Rule) (*Compiled, []error) {
 		case w.Advance < Duration(time.Millisecond) || w.Advance > w.Size:
 			bad("window.advance", w.Advance, fmt.Sprintf("hopping windows need 1ms <= advance <= size (%s)", w.Size))
 		case (w.Size+w.Advance-1)/w.Advance > MaxHopsPerEvent:
+			least := time.Duration((w.Size.Ms()+MaxHopsPerEvent-1)/MaxHopsPerEvent) * time.Millisecond // whole ms, rounded up
 			bad("window.advance", w.Advance, fmt.Sprintf("at least size/%d (%s): every event updates ceil(size/advance) windows", MaxHopsPerEvent,
-				formatDuration((w.Size.D()/MaxHopsPerEvent).Round(time.Millisecond))))
+				formatDuration(least)))
 		case w.Size.Ms()/gcd(w.Size.Ms(), w.Advance.Ms()) > MaxPanes:
 			pane := gcd(w.Size.Ms(), w.Advance.Ms())
 			bad("window.advance", w.Advance, fmt.Sprintf("such that size/gcd(size, advance) is at most %d: a window is kept in panes of gcd(size, advance) = %s, %d of them per window; choose an advance that divides size more evenly",
