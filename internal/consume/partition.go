@@ -120,7 +120,9 @@ func (t *task) hashMatches(stored string) (same, legacy bool) {
 	if h, ok := strings.CutPrefix(stored, stateHashPrefix); ok {
 		return h == t.hash, false
 	}
-	return stored == t.rule.Hash, true
+	// (Builds between the skew's hashing and the prefix wrote the state
+	// hash without it.)
+	return stored == t.rule.Hash || stored == t.hash, true
 }
 
 // changedHint is what to do about state of another definition.

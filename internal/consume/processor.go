@@ -1509,15 +1509,20 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		// is, or be none at all (a rule added to the group, or a first
 		// batch that aborted: exactly_once never commits its records).
 		again := false
+		alo := p.cfg.Mode == config.AtLeastOnce
 		for _, rp := range pt.rs {
-			if !resumed[rp.t] || rp.acct.NextOffset == 0 || rp.acct.NextOffset == co.offset {
+			a := rp.acct
+			if !resumed[rp.t] || a.NextOffset == co.offset || (a.NextOffset == 0 && !alo) {
 				continue
 			}
-			if p.cfg.Mode == config.AtLeastOnce && rp.acct.NextOffset > co.offset {
+			if alo && (a.NextOffset == 0 || (a.NextOffset > co.offset && a.NextOffset-a.Records >= co.offset)) {
 				// at_least_once flushes an aborted batch's changelog
-				// records: state ahead of every commit is not this rule's
-				// committed state. Start it from empty state, as a rule
-				// added to the group.
+				// records: state that began at or after the group's offset
+				// (or has no accounting: the flush stopped before it) is
+				// an aborted first batch, not this rule's committed state.
+				// Start it from empty state, as a rule added to the group.
+				// State that began before the offset is committed history
+				// (refused below: a tool moved the offsets back).
 				p.log.Warn("consume: the changelog is ahead of the group's offset, which names no position of this rule (an aborted first batch): starting the rule from empty state",
 					"rule", rp.t.ns, "topic", k.topic, "partition", k.id, "state_next_offset", rp.acct.NextOffset, "offset", co.offset)
 				end, err := rp.t.restore.end(ctx, k.id)
