@@ -58,17 +58,8 @@ func rulesDeployment(t *testing.T, seeds []string, input, name string) *deployme
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.GroupID, cfg.RulesFile = d.group, path
-	rs, err := cfg.Rules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var changelogs []string
-	for _, r := range rs {
-		changelogs = append(changelogs, cfg.ChangelogFor(r))
-	}
-	t.Cleanup(func() { deleteTopicsAndGroup(t, seeds, d.group, changelogs...) })
+	_, _, internal := rulesFileTopics(t, d.group, path)
+	t.Cleanup(func() { deleteTopicsAndGroup(t, seeds, d.group, internal...) })
 	return d
 }
 

@@ -77,19 +77,7 @@ func TestRulesAndRepartitioningOnRealBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newDeployment(t, seeds, input, "rules", config.Default().Rule, "PROCESSOR_RULES_FILE="+path)
-	cfg := config.Default()
-	cfg.GroupID, cfg.RulesFile = d.group, path
-	rs, err := cfg.Rules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var internal []string
-	for _, r := range rs {
-		internal = append(internal, cfg.ChangelogFor(r))
-		if r.Rule.Repartitioned() {
-			internal = append(internal, cfg.RepartitionFor(r))
-		}
-	}
+	cfg, rs, internal := rulesFileTopics(t, d.group, path)
 	t.Cleanup(func() {
 		deleteTopicsAndGroup(t, seeds, d.group, append(internal, alertsHigh, alertsPeak, alertsCount, dlq, late)...)
 	})
@@ -390,4 +378,25 @@ func checkRepartitionTopics(t *testing.T, d *deployment, cfg config.Config, rs [
 			t.Errorf("%s has %d partitions, want %d (the input's)", name, n, inputPartitions)
 		}
 	}
+}
+
+// rulesFileTopics returns the configuration of a deployment's rules file
+// (group and path), its rules, and their internal topics: each rule's
+// changelog and, when repartitioned, its repartition topic.
+func rulesFileTopics(t *testing.T, group, path string) (config.Config, []*rules.Compiled, []string) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.GroupID, cfg.RulesFile = group, path
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var internal []string
+	for _, r := range rs {
+		internal = append(internal, cfg.ChangelogFor(r))
+		if r.Rule.Repartitioned() {
+			internal = append(internal, cfg.RepartitionFor(r))
+		}
+	}
+	return cfg, rs, internal
 }
