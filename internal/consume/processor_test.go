@@ -3,7 +3,6 @@ package consume
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -426,107 +425,6 @@ func commitWithMeta(t *testing.T, seeds []string, group, topic string, meta stri
 	}
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// A rule whose version changed without `processor replay` starts from the
-// group's offsets with empty state, also when it is the only rule of its
-// source: the committed changelog position names the rule version it
-// belongs to (v2 metadata). (With the unnamed "v1 cl=<n>" once written for
-// a single rule, the new version took the old one's position as its own
-// and waited for ever for its empty changelog to reach it.)
-func TestVersionBumpWithoutReplayStartsFromTheGroupsOffsets(t *testing.T) {
-	seeds := newCluster(t)
-	cfg := testConfig(seeds, t.TempDir(), "bump")
-	log := pipeline.Log{}
-	recs := simRecords(4000, 7)
-	produce(t, seeds, cfg.Topics.Input, recs[:2000], log)
-	in := start(t, cfg, Options{})
-	waitConsumed(t, seeds, cfg, log)
-	in.stop(t)
-	cfg2 := cfg
-	cfg2.Rule.Version = 2
-	produce(t, seeds, cfg.Topics.Input, recs[2000:], log)
-	in2 := start(t, cfg2, Options{})
-	waitConsumed(t, seeds, cfg2, log)
-	in2.stop(t)
-	var v2 int64
-	for _, a := range latestAccounting(t, seeds, cfg2) {
-		v2 += a.Records
-	}
-	if v2 != 2000 {
-		t.Errorf("version 2 counted %d records, want the 2000 after the group's offsets", v2)
-	}
-}
-
-// A rule version whose state exists is refused when the group's offset
-// was moved past (or before) it by something else: here version 2 ran in
-// between, and version 1 comes back (a rollback, or a replica still on the
-// old configuration). Resuming would have skipped version 2's records.
-func TestRuleStateBehindTheGroupsOffsetIsRefused(t *testing.T) {
-	seeds := newCluster(t)
-	cfg := testConfig(seeds, t.TempDir(), "gap")
-	recs := simRecords(6000, 7)
-	log := pipeline.Log{}
-	produce(t, seeds, cfg.Topics.Input, recs[:2000], log)
-	in := start(t, cfg, Options{})
-	waitConsumed(t, seeds, cfg, log)
-	in.stop(t)
-	v2 := cfg
-	v2.Rule.Version = 2
-	produce(t, seeds, cfg.Topics.Input, recs[2000:4000], log)
-	in = start(t, v2, Options{})
-	waitConsumed(t, seeds, v2, log)
-	in.stop(t)
-	produce(t, seeds, cfg.Topics.Input, recs[4000:], log)
-	in = start(t, cfg, Options{})
-	select {
-	case err := <-in.done:
-		if !errors.Is(err, errFatal) || !strings.Contains(err.Error(), "resuming would skip the records in between") {
-			t.Fatalf("version 1 stopped with %v, want the gap named", err)
-		}
-	case <-time.After(30 * time.Second):
-		in.cancel()
-		t.Fatal("version 1 resumed after version 2's records")
-	}
-}
-
-// A rule version that starts from the group's offsets (no accounting of
-// its own yet) rewinds, after an aborted batch, to where it was restored,
-// not to the start of the topic: in both modes the new version counts the
-// records after the group's offsets, once.
-func TestAbortAfterAVersionBumpRewindsToTheGroupsOffsets(t *testing.T) {
-	for _, mode := range []string{config.ExactlyOnce, config.AtLeastOnce} {
-		t.Run(mode, func(t *testing.T) {
-			seeds := newCluster(t)
-			cfg := testConfig(seeds, t.TempDir(), "bumpabort")
-			cfg.Mode = mode
-			log := pipeline.Log{}
-			recs := simRecords(4000, 7)
-			produce(t, seeds, cfg.Topics.Input, recs[:2000], log)
-			in := start(t, cfg, Options{})
-			waitConsumed(t, seeds, cfg, log)
-			in.stop(t)
-			cfg2 := cfg
-			cfg2.Rule.Version = 2
-			produce(t, seeds, cfg.Topics.Input, recs[2000:], log)
-			var aborted atomic.Int64
-			in2 := start(t, cfg2, Options{AbortBatch: func() bool {
-				return aborted.Add(1) == 1 // the new version's first batch
-			}})
-			waitConsumed(t, seeds, cfg2, log)
-			in2.stop(t)
-			if aborted.Load() == 0 {
-				t.Fatal("no batch was aborted")
-			}
-			var v2 int64
-			for _, a := range latestAccounting(t, seeds, cfg2) {
-				v2 += a.Records
-			}
-			if v2 != 2000 {
-				t.Errorf("version 2 counted %d records, want the 2000 after the group's offsets", v2)
-			}
-		})
 	}
 }
 

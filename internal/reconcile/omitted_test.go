@@ -4,20 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/vibeline/processor/internal/alerts"
 	"github.com/vibeline/processor/internal/config"
-	"github.com/vibeline/processor/internal/consume"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/kafkatest"
-	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/sim"
 )
@@ -66,23 +60,10 @@ func processedBig(t *testing.T, cfg config.Config) {
 	}
 	add(escapedID("close"), 3*time.Hour, 1)
 
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := consume.New(cfg, consume.Options{Metrics: met, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	stop := startProcessor(t, cfg)
 	produced := kafkatest.Produce(t, cfg.Brokers, cfg.Topics.Input, recs...)
 	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 // Revisions whose evidence was cut to fit the producer's record limit

@@ -2,19 +2,14 @@ package reconcile
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
-	"github.com/vibeline/processor/internal/consume"
 	"github.com/vibeline/processor/internal/kafkatest"
-	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/sim"
 )
 
@@ -31,17 +26,7 @@ func processed(t *testing.T) config.Config {
 	o.OutageLength = 11 * time.Minute
 	o.OutageRate = 0.004
 	line := sim.New(o)
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := consume.New(cfg, consume.Options{Metrics: met, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	stop := startProcessor(t, cfg)
 	// Produced in chunks while the processor runs: many commits.
 	var produced []*kgo.Record
 	for range 10 {
@@ -51,10 +36,7 @@ func processed(t *testing.T) config.Config {
 		kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
 	}
 	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(produced), 30*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	return cfg
 }
 

@@ -95,19 +95,7 @@ func processedWith(t *testing.T, rulesText string, o sim.Options, total int) con
 // it committed them all (and its repartition topics' records).
 func runProcessor(t *testing.T, cfg config.Config, o sim.Options, total int, conv func([]sim.Record) []sim.Record) {
 	t.Helper()
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := consume.New(cfg, consume.Options{Metrics: met, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		PurgeEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-
+	stop := startProcessor(t, cfg)
 	line := sim.New(o)
 	var produced []*kgo.Record
 	const chunk = 1000
@@ -132,9 +120,31 @@ func runProcessor(t *testing.T, cfg config.Config, o sim.Options, total int, con
 			waitRepartitionConsumed(t, cfg, cfg.RepartitionFor(r))
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	stop()
+}
+
+// startProcessor runs a processor of cfg in the background; stop stops it
+// (a clean shutdown) and fails the test on its error.
+func startProcessor(t *testing.T, cfg config.Config) (stop func()) {
+	t.Helper()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
 		t.Fatal(err)
+	}
+	p, err := consume.New(cfg, consume.Options{Metrics: met, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PurgeEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

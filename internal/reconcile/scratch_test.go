@@ -2,19 +2,14 @@ package reconcile
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/vibeline/processor/internal/consume"
 	"github.com/vibeline/processor/internal/kafkatest"
-	"github.com/vibeline/processor/internal/metrics"
 )
 
 // After a scratch start (the group's offsets deleted, the changelog kept)
@@ -32,26 +27,13 @@ func TestScratchStartAccountingTombstonesAreSkipped(t *testing.T) {
 	if _, err := kadm.NewClient(cl).DeleteGroup(context.Background(), cfg.GroupID); err != nil {
 		t.Fatal(err)
 	}
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := consume.New(cfg, consume.Options{Metrics: met, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	stop := startProcessor(t, cfg)
 	input, err := ReadCommitted(context.Background(), cfg.Brokers, cfg.Topics.Input, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kafkatest.WaitCommitted(t, cfg.Brokers, cfg.GroupID, cfg.Topics.Input, kafkatest.NextOffsets(input), 30*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	changelog, err := ReadCommitted(context.Background(), cfg.Brokers, cfg.ChangelogTopic(), 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
