@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,5 +85,29 @@ func TestSinkURLPasswordNotPrinted(t *testing.T) {
 		if strings.Contains(out.String(), "s3cretpw") || !strings.Contains(out.String(), "hooks.example") {
 			t.Errorf("processor %v printed:\n%s", args, out.String())
 		}
+	}
+}
+
+// `rules check` refuses what the processor would refuse at start-up: rules
+// whose changelog positions do not fit in Kafka's default commit metadata
+// (consume.CheckCommitMetadata), so the mistake shows before a deployment.
+func TestRulesCheckRefusesTooMuchCommitMetadata(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "  - id: %s-%02d\n    version: 1\n    source: in\n    filter: value >= 7.1\n    window: {type: sliding, size: 2m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d}\n", strings.Repeat("r", 150), i, i)
+	}
+	rf := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rf, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := rulesCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"check", rf})
+	err := cmd.Execute()
+	if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "offset.metadata.max.bytes") || !strings.Contains(err.Error(), "reading in (") {
+		t.Fatalf("rules check: %v, want a usage error naming the commit metadata bound and the topic", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/consume"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/rules"
 )
@@ -58,6 +59,9 @@ Exit code 0 when every rule is valid, 2 otherwise.`,
 				if _, err := pipeline.NewRuleStage(r, pipeline.Options{}); err != nil {
 					return usageError{fmt.Errorf("rules check %s: %w", path, err)}
 				}
+			}
+			if err := consume.CheckCommitMetadata(rs); err != nil {
+				return usageError{fmt.Errorf("rules check %s: %w", path, err)}
 			}
 			if cfg != nil && len(rs) > 0 && cfg.StateHash(rs[0]) != rs[0].Hash {
 				// The hashes above are the rules'; what the processor

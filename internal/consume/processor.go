@@ -310,21 +310,8 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 		in.dlqs = []string{t.dlq}
 		in.markers = true
 	}
-	// A committed input offset carries every rule's changelog position of
-	// its topic (txn.EncodePositions); Kafka refuses commit metadata over
-	// offset.metadata.max.bytes (4096 by default), which would abort every
-	// transaction. Refuse such a configuration at start-up instead.
-	for _, topic := range p.topics {
-		n := len("v2")
-		var ids []string
-		for _, t := range p.sources[topic].tasks {
-			n += len(" ") + len(t.ns) + len("=") + 19 // the largest int64
-			ids = append(ids, t.rule.Rule.ID)
-		}
-		if n > MaxCommitMetadataBytes {
-			return fmt.Errorf("consume: the %d rules reading %s (%s) need up to %d bytes of commit metadata (their changelog positions), more than Kafka's default offset.metadata.max.bytes of %d: use shorter rule ids, or fewer rules per source topic",
-				len(ids), topic, strings.Join(ids, ", "), n, MaxCommitMetadataBytes)
-		}
+	if err := CheckCommitMetadata(rs); err != nil {
+		return fmt.Errorf("consume: %w", err)
 	}
 	p.primary = rs[0].Rule.Source
 	slices.Sort(p.topics)
@@ -334,6 +321,41 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 // MaxCommitMetadataBytes is Kafka's default offset.metadata.max.bytes: the
 // largest commit metadata a broker accepts unless configured otherwise.
 const MaxCommitMetadataBytes = 4096
+
+// CheckCommitMetadata refuses a set of rules whose commit metadata could
+// exceed MaxCommitMetadataBytes. A committed input offset carries the
+// changelog position of every rule that commits offsets of that topic
+// (txn.EncodePositions: "v2", then " <rule id>.v<version>=<offset>" per
+// rule): the rules reading a source topic directly share its offsets, a
+// repartitioned rule commits its own repartition topic's. Kafka refuses
+// commit metadata over offset.metadata.max.bytes, which would abort every
+// transaction, so the processor refuses such rules at start-up and
+// `processor rules check --config` reports them.
+func CheckCommitMetadata(rs []*rules.Compiled) error {
+	need := map[string]int{}
+	ids := map[string][]string{}
+	var topics []string
+	for _, r := range rs {
+		topic := r.Rule.Source
+		if r.Rule.Repartitioned() {
+			topic = "repartition topic of " + r.Rule.ID // one rule each
+		}
+		if _, ok := need[topic]; !ok {
+			need[topic] = len("v2")
+			topics = append(topics, topic)
+		}
+		ns := fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version)
+		need[topic] += len(" ") + len(ns) + len("=") + 19 // 19: the longest int64
+		ids[topic] = append(ids[topic], r.Rule.ID)
+	}
+	for _, topic := range topics {
+		if n := need[topic]; n > MaxCommitMetadataBytes {
+			return fmt.Errorf("the %d rules reading %s (%s) need up to %d bytes of commit metadata (their changelog positions), more than Kafka's default offset.metadata.max.bytes of %d: use shorter rule ids, or fewer rules per source topic",
+				len(ids[topic]), topic, strings.Join(ids[topic], ", "), n, MaxCommitMetadataBytes)
+		}
+	}
+	return nil
+}
 
 // StateDir is where the local store of the configuration's first rule
 // lives (see RuleStateDir).
