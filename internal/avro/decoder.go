@@ -61,7 +61,8 @@ type Decoder struct {
 // schemas the Source holds (a LocalSource serving any id has one).
 type plan struct {
 	writer   hamba.Schema // checks bodies (checkBody)
-	resolved hamba.Schema // decodes them into eventRecord
+	resolved hamba.Schema // decodes them into eventRecord (or nullableRecord)
+	nullable bool         // the writer has nullable fields: decode into nullableRecord
 	problem  string       // non-empty: the writer cannot be read (schema_unknown)
 }
 
@@ -77,6 +78,25 @@ type eventRecord struct {
 	Unit          string  `avro:"unit"`
 	SchemaVersion int64   `avro:"schema_version"`
 	Quality       string  `avro:"quality"`
+	Clock         *string `avro:"clock"`
+}
+
+// nullableRecord receives a value of a writer with nullable fields (a
+// union with null where schemas/event.avsc has none, as Avro producers
+// often declare optional fields): every field may be nil, which the
+// validator then reports as it reports a JSON null (invalid_field naming
+// the field). Values have the Go types hamba gives an interface: int64
+// or int, float64 or float32, string, time.Time (timestamp-millis).
+type nullableRecord struct {
+	EventID       any     `avro:"event_id"`
+	MachineID     any     `avro:"machine_id"`
+	SensorID      any     `avro:"sensor_id"`
+	TS            any     `avro:"ts"`
+	Seq           any     `avro:"seq"`
+	Value         any     `avro:"value"`
+	Unit          any     `avro:"unit"`
+	SchemaVersion any     `avro:"schema_version"`
+	Quality       any     `avro:"quality"`
 	Clock         *string `avro:"clock"`
 }
 
@@ -163,8 +183,16 @@ func (d *Decoder) Decode(value []byte) (f event.Fields, err error) {
 	if cerr := checkBody(p.writer, body); cerr != nil {
 		return event.Fields{}, decodeErr("%sAvro body does not match its writer schema: %s", idPrefix(d.bare, id), clean(cerr.Error()))
 	}
-	var rec eventRecord
 	rd := hamba.NewReader(nil, 0, hamba.WithReaderConfig(d.api)).Reset(body)
+	if p.nullable {
+		var rec nullableRecord
+		rd.ReadVal(p.resolved, &rec)
+		if rd.Error != nil {
+			return event.Fields{}, decodeErr("%sAvro body does not decode: %s", idPrefix(d.bare, id), clean(rd.Error.Error()))
+		}
+		return rec.fields(), nil
+	}
+	var rec eventRecord
 	rd.ReadVal(p.resolved, &rec)
 	if rd.Error != nil {
 		return event.Fields{}, decodeErr("%sAvro body does not decode: %s", idPrefix(d.bare, id), clean(rd.Error.Error()))
@@ -224,7 +252,11 @@ func (d *Decoder) newPlan(writer hamba.Schema) *plan {
 	}
 	// The writer's record may have any name: the reader takes it on, so
 	// that only fields decide compatibility.
-	reader, err := hamba.NewRecordSchema(w.Name(), w.Namespace(), d.reader.Fields())
+	fields, nullable, err := d.readerFields(w)
+	if err != nil {
+		return unknown("cannot be read as an event: %v", err)
+	}
+	reader, err := hamba.NewRecordSchema(w.Name(), w.Namespace(), fields)
 	if err != nil {
 		return unknown("cannot be read as an event: %v", err)
 	}
@@ -237,7 +269,50 @@ func (d *Decoder) newPlan(writer hamba.Schema) *plan {
 			return unknown("cannot be read as an event: field %s, which the reader ignores, has type null outside a union, which the decoder cannot skip", f.Name())
 		}
 	}
-	return &plan{writer: w, resolved: resolved}
+	return &plan{writer: w, resolved: resolved, nullable: nullable}
+}
+
+// readerFields returns the reader's fields for resolving writer w: those
+// of schemas/event.avsc, except that a field the writer declares as a
+// union with null (an optional field, as Avro producers often declare
+// them) is read as that union of null and the reader's type(s). Avro's
+// resolution would refuse the whole schema (the reader's type lacks the
+// writer's null branch) and dead-letter every record as schema_unknown;
+// this way a record whose field is present decodes as usual and one whose
+// field is null is invalid_field, as a JSON null is. nullable reports
+// whether any field was widened.
+func (d *Decoder) readerFields(w *hamba.RecordSchema) ([]*hamba.Field, bool, error) {
+	writerNullable := map[string]bool{}
+	for _, f := range w.Fields() {
+		if u, ok := deref(f.Type()).(*hamba.UnionSchema); ok && u.Nullable() {
+			writerNullable[f.Name()] = true
+		}
+	}
+	fields := d.reader.Fields()
+	widened := false
+	out := make([]*hamba.Field, len(fields))
+	for i, f := range fields {
+		out[i] = f
+		if !writerNullable[f.Name()] {
+			continue
+		}
+		types := []hamba.Schema{f.Type()}
+		if u, ok := f.Type().(*hamba.UnionSchema); ok {
+			if u.Nullable() {
+				continue // clock: already optional
+			}
+			types = u.Types()
+		}
+		u, err := hamba.NewUnionSchema(append([]hamba.Schema{hamba.NewNullSchema()}, types...))
+		if err != nil {
+			return nil, false, fmt.Errorf("field %s: %w", f.Name(), err)
+		}
+		if out[i], err = hamba.NewField(f.Name(), u); err != nil {
+			return nil, false, fmt.Errorf("field %s: %w", f.Name(), err)
+		}
+		widened = true
+	}
+	return out, widened, nil
 }
 
 func (d *Decoder) readerHas(name string) bool {
@@ -355,6 +430,51 @@ func (r *eventRecord) fields() event.Fields {
 		f.TS = event.Field{Kind: event.KindObject, Raw: fmt.Appendf(nil, "%v", ts)}
 	}
 	return f
+}
+
+// fields converts a value of a writer with nullable fields, as
+// eventRecord.fields does; a nil field is a null (KindNull).
+func (r *nullableRecord) fields() event.Fields {
+	f := event.Fields{
+		SchemaVersion: anyField(r.SchemaVersion),
+		EventID:       anyField(r.EventID),
+		MachineID:     anyField(r.MachineID),
+		SensorID:      anyField(r.SensorID),
+		TS:            anyField(r.TS),
+		Seq:           anyField(r.Seq),
+		Value:         anyField(r.Value),
+		Unit:          anyField(r.Unit),
+		Quality:       anyField(r.Quality),
+		Clock:         event.Field{Kind: event.KindNull, Raw: []byte("null")},
+	}
+	if r.Clock != nil {
+		f.Clock = strField(*r.Clock)
+	}
+	return f
+}
+
+// anyField is the Field of a value hamba decoded into an interface.
+func anyField(v any) event.Field {
+	switch x := v.(type) {
+	case nil:
+		return event.Field{Kind: event.KindNull, Raw: []byte("null")}
+	case string:
+		return strField(x)
+	case int64:
+		return intField(x)
+	case int:
+		return intField(int64(x))
+	case int32:
+		return intField(int64(x))
+	case float64:
+		return floatField(x)
+	case float32:
+		return floatField(float64(x))
+	case time.Time:
+		return intField(x.UnixMilli())
+	default: // unreachable with the reader's types
+		return event.Field{Kind: event.KindObject, Raw: fmt.Appendf(nil, "%v", x)}
+	}
 }
 
 func strField(s string) event.Field {
