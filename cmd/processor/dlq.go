@@ -59,10 +59,12 @@ func dlqInspectCmd() *cobra.Command {
 		Short: "Count dead letters by reason and source partition, with samples",
 		Long: `inspect reads the dead-letter topic (topics.dlq) read_committed, from its start
 to its last stable offsets at the time it starts, and prints how many dead
-letters there are by reason and by source partition, the time span of the
-original records and of the dead-lettering, how many are replays that failed
-again, and --samples records per reason (the most recently dead-lettered):
-key, error detail, source position and the value, escaped to printable text
+letters there are by reason, by source partition and by rule version (the
+dlq.rules header; "(none)" for letters of older processors), the time span of
+the original records and of the dead-lettering, how many are replays that
+failed again, and --samples records per reason (the most recently
+dead-lettered): key, rules, error detail, source position and the value,
+escaped to printable text
 and cut at 200 bytes. --from/--to select by the original record's timestamp
 ([from, to), RFC 3339). It only reads.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {

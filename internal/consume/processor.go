@@ -170,6 +170,9 @@ type source struct {
 	tasks    []*task         // rules whose state this topic feeds
 	forwards []*task         // repartitioned rules fed from this topic
 	dlqs     []string        // distinct dead-letter topics of tasks and forwards
+	// dlqRules is, per dlqs topic, the dlq.rules value of the letters
+	// written there (pipeline.HeaderDeadLetterRules).
+	dlqRules [][]byte
 	// markers: the topic is a repartition topic, whose keyless records
 	// without value are watermark markers.
 	markers    bool
@@ -312,6 +315,24 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 	}
 	if err := CheckCommitMetadata(rs); err != nil {
 		return fmt.Errorf("consume: %w", err)
+	}
+	// The dlq.rules value of each source's letters on each of its
+	// dead-letter topics, bounded (pipeline.MaxDeadLetterRulesBytes) so
+	// that a letter always fits the producer's records.
+	for _, topic := range p.topics {
+		s := p.sources[topic]
+		s.dlqRules = make([][]byte, len(s.dlqs))
+		for i, dlq := range s.dlqs {
+			if s.markers { // a repartition topic: its one rule
+				s.dlqRules[i] = pipeline.EncodeDeadLetterRules([]pipeline.RuleVersion{{ID: s.tasks[0].rule.Rule.ID, Version: s.tasks[0].rule.Rule.Version}})
+			} else {
+				s.dlqRules[i] = pipeline.DeadLetterRules(rs, topic, dlq)
+			}
+			if n := len(s.dlqRules[i]); n > pipeline.MaxDeadLetterRulesBytes {
+				return fmt.Errorf("consume: the rules reading %s with dead-letter topic %s need a %s header of %d bytes on each dead letter, more than %d: use shorter rule ids, or fewer rules per source topic and dead-letter topic",
+					topic, dlq, pipeline.HeaderDeadLetterRules, n, pipeline.MaxDeadLetterRulesBytes)
+			}
+		}
 	}
 	p.primary = rs[0].Rule.Source
 	slices.Sort(p.topics)
@@ -791,7 +812,8 @@ func (p *Processor) parallel(n int, fn func(i int)) {
 // handle runs one input record through every rule that reads its topic
 // and produces their outputs into the open batch: the record is decoded and
 // validated once; a record that fails is dead-lettered once per distinct
-// dead-letter topic and counted by every rule; a valid one is applied to
+// dead-letter topic (each letter naming the rules it is the letter of) and
+// counted by every rule; a valid one is applied to
 // each rule's state, and forwarded to the repartition topic of each
 // repartitioned rule of the topic.
 func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
@@ -829,10 +851,11 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 			rp.batchAcct.NextOffset = in.Offset + 1
 			rp.batchAcct.DeadLettered++
 		}
-		o := pipeline.DeadLetterOutput(in, verr)
-		pt.stats.dlq[o.Reason]++
-		for _, topic := range src.dlqs {
-			p.sess.Produce(ctx, outRecord(topic, o))
+		pt.stats.dlq[string(verr.Reason)]++
+		for i, topic := range src.dlqs {
+			// One letter per dead-letter topic, naming the rules it is
+			// the letter of (pipeline.HeaderDeadLetterRules).
+			p.sess.Produce(ctx, outRecord(topic, pipeline.DeadLetterOutput(in, verr, src.dlqRules[i])))
 		}
 		return
 	}

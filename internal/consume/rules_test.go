@@ -128,8 +128,14 @@ func TestSeveralRulesMatchReference(t *testing.T) {
 	want := map[string][]string{}
 	dlqDone := map[string]bool{}
 	var peakStage *pipeline.Stage
+	// The dead letters name every rule of the source, the repartitioned one
+	// too (its letters of the source are these).
+	named := pipeline.DeadLetterRules(rs, "vibration.events", "vibration.events.dlq")
+	if string(named) != "episode@1,sensor-peak@1,vibration-avg@1,vibration-high@1" {
+		t.Fatalf("dlq.rules of the source's letters: %q", named)
+	}
 	for _, r := range rs {
-		st, err := pipeline.NewRuleStage(r, pipeline.Options{})
+		st, err := pipeline.NewRuleStage(r, pipeline.Options{DeadLetterRules: named})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -597,5 +603,42 @@ func TestTooManyRulesForCommitMetadataRefused(t *testing.T) {
 	_, err = New(cfg, Options{Metrics: met})
 	if err == nil || !strings.Contains(err.Error(), "offset.metadata.max.bytes") || !strings.Contains(err.Error(), "vibration.events") {
 		t.Fatalf("New: %v, want the commit metadata refusal", err)
+	}
+}
+
+// Rules whose dead letters would need a dlq.rules header larger than
+// pipeline.MaxDeadLetterRulesBytes are refused at start-up (the in-place
+// rules of a source are bounded by their commit metadata already; the
+// repartitioned ones here are not), so that no dead letter can exceed the
+// producer's record size because of it. With a dead-letter topic of their
+// own for half of them, each topic's letters name fewer rules: accepted.
+func TestTooManyRulesForDeadLetterHeaderRefused(t *testing.T) {
+	newWith := func(dlq func(i int) string) error {
+		var b strings.Builder
+		b.WriteString("rules:\n")
+		for i := range 100 {
+			fmt.Fprintf(&b, "  - id: %s-%03d\n    version: 1\n    description: events\n    source: vibration.events\n    key: sensor_id\n    window: {type: tumbling, size: 1m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d, dlq: %s}\n",
+				strings.Repeat("r", 196), i, i, dlq(i))
+		}
+		path := filepath.Join(t.TempDir(), "rules.yaml")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Default()
+		cfg.RulesFile, cfg.StateDir = path, t.TempDir()
+		met, err := metrics.New(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(cfg, Options{Metrics: met})
+		return err
+	}
+	err := newWith(func(int) string { return "shared.dlq" })
+	if err == nil || !strings.Contains(err.Error(), pipeline.HeaderDeadLetterRules) || !strings.Contains(err.Error(), "vibration.events") ||
+		!strings.Contains(err.Error(), "shared.dlq") {
+		t.Fatalf("New: %v, want the dlq.rules refusal", err)
+	}
+	if err := newWith(func(i int) string { return fmt.Sprintf("dlq-%d", i%2) }); err != nil {
+		t.Fatalf("New with two dead-letter topics: %v", err)
 	}
 }

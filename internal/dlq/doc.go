@@ -1,16 +1,18 @@
 // Package dlq owns the operator tooling of the dead-letter topic
-// (topics.dlq): reading it (Inspect: counts by reason and by source
-// partition, time spans, samples) and re-injecting chosen dead letters into
+// (topics.dlq): reading it (Inspect: counts by reason, by source partition
+// and by rule version, time spans, samples) and re-injecting chosen dead
+// letters into
 // the topic they came from after the cause was fixed (Replay), exactly
 // once.
 //
 // A dead letter is the original record (key, value, headers) plus the
-// headers the processor appends: error.reason, error.detail and
-// source.topic/partition/offset/timestamp (docs/ARCHITECTURE.md, "Dead-letter
-// record"). A replayed record is the original record again: key, value,
-// record timestamp (source.timestamp) and original headers, without the
-// processor's error.* and source.* headers, produced to the source
-// partition, plus:
+// headers the processor appends: error.reason, error.detail, dlq.rules
+// (the rule versions it is the letter of; absent on letters of older
+// processors) and source.topic/partition/offset/timestamp
+// (docs/ARCHITECTURE.md, "Dead-letter record"). A replayed record is the
+// original record again: key, value, record timestamp (source.timestamp)
+// and original headers, without the processor's error.*, dlq.rules and
+// source.* headers, produced to the source partition, plus:
 //
 //	dlq.replayed=1
 //	dlq.replayed.from=<dlq topic>/<partition>@<offset>   the dead letter it came from

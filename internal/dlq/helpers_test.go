@@ -178,6 +178,7 @@ type letter struct {
 	key       string
 	headers   []kgo.RecordHeader // original headers
 	omitted   bool               // written without its value (dlq.omitted)
+	rules     string             // its dlq.rules; "": none (an older processor's letter)
 }
 
 // value is the (recognisable) value of a test letter.
@@ -193,7 +194,11 @@ func (l letter) record(cfg config.Config) *kgo.Record {
 	hs := slices.Clone(l.headers)
 	hs = append(hs,
 		kgo.RecordHeader{Key: pipeline.HeaderErrorReason, Value: []byte(l.reason)},
-		kgo.RecordHeader{Key: pipeline.HeaderErrorDetail, Value: []byte("detail of " + l.reason)},
+		kgo.RecordHeader{Key: pipeline.HeaderErrorDetail, Value: []byte("detail of " + l.reason)})
+	if l.rules != "" {
+		hs = append(hs, kgo.RecordHeader{Key: pipeline.HeaderDeadLetterRules, Value: []byte(l.rules)})
+	}
+	hs = append(hs,
 		kgo.RecordHeader{Key: pipeline.HeaderSourceTopic, Value: []byte(cfg.Topics.Input)},
 		kgo.RecordHeader{Key: pipeline.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(l.partition)))},
 		kgo.RecordHeader{Key: pipeline.HeaderSourceOffset, Value: []byte(strconv.FormatInt(l.offset, 10))},

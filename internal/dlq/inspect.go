@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/pipeline"
 )
 
 // Rendering limits of samples, in bytes.
@@ -24,6 +25,10 @@ const (
 
 // noReason names letters without an error.reason header.
 const noReason = "(none)"
+
+// noRules names letters without a dlq.rules header (written by a processor
+// before it existed) or with an unreadable one.
+const noRules = "(none)"
 
 // InspectOptions configure Inspect.
 type InspectOptions struct {
@@ -80,6 +85,9 @@ type Sample struct {
 	Value        string    `json:"value"`  // Excerpt of the value, ValueExcerptBytes
 	ValueBytes   int       `json:"value_bytes"`
 	ReplayedFrom string    `json:"replayed_from,omitempty"`
+	// Rules is the letter's dlq.rules (the rule versions it is the dead
+	// letter of), an Excerpt of DetailExcerptBytes; noRules without one.
+	Rules string `json:"rules"`
 }
 
 // Summary is what Inspect found.
@@ -101,6 +109,11 @@ type Summary struct {
 	// BySource counts selected letters by "<source topic>/<partition>"
 	// ("unknown" without source headers).
 	BySource map[string]int `json:"by_source_partition"`
+	// ByRule counts selected letters by the rule versions their dlq.rules
+	// names, "<id>@<version>" (a letter of several rules counts for each;
+	// noRules: letters without the header, written by older processors,
+	// or with one that does not parse).
+	ByRule map[string]int `json:"by_rule_version"`
 	// SourceTime spans the original records' timestamps, DeadLettered the
 	// dead letters' own.
 	SourceTime   Span `json:"source_time"`
@@ -132,7 +145,7 @@ func Inspect(ctx context.Context, o InspectOptions) (*Summary, error) {
 		return nil, err
 	}
 	s := &Summary{Topic: topic, Selection: o.Selection.String(), ByReason: map[string]int{}, BySource: map[string]int{},
-		samples: map[string][]Letter{}}
+		ByRule: map[string]int{}, samples: map[string][]Letter{}}
 	err = scan(ctx, opts, topic, start, end, o.IdleTimeout, func(r *kgo.Record) {
 		s.Read++
 		if l := Parse(r); o.Selection.Match(l) {
@@ -160,6 +173,16 @@ func (s *Summary) add(l Letter, samples int) {
 		src = fmt.Sprintf("%s/%d", l.SourceTopic, l.SourcePartition)
 	}
 	s.BySource[src]++
+	rs, err := pipeline.ParseDeadLetterRules([]byte(l.Rules))
+	switch {
+	case !l.HasRules || err != nil:
+		s.ByRule[noRules]++
+	case len(rs) == 0:
+		s.ByRule["(no rule named)"]++
+	}
+	for _, r := range rs {
+		s.ByRule[r.String()]++
+	}
 	if l.Replayed() {
 		s.ReplayedBefore++
 	}
@@ -190,7 +213,16 @@ func sample(l Letter) Sample {
 		DLQ: l.Position(), Source: l.Source(), SourceTime: l.SourceTimestamp, DeadLettered: l.Timestamp.UTC(),
 		Key: Excerpt(l.Key, KeyExcerptBytes), Detail: Excerpt([]byte(l.Detail), DetailExcerptBytes),
 		Value: Excerpt(l.Value, ValueExcerptBytes), ValueBytes: len(l.Value), ReplayedFrom: Excerpt([]byte(l.ReplayedFrom), KeyExcerptBytes),
+		Rules: rulesExcerpt(l),
 	}
+}
+
+// rulesExcerpt renders a letter's dlq.rules: noRules without one.
+func rulesExcerpt(l Letter) string {
+	if !l.HasRules {
+		return noRules
+	}
+	return Excerpt([]byte(l.Rules), DetailExcerptBytes)
 }
 
 // String renders the summary for people.
@@ -209,6 +241,8 @@ func (s *Summary) String() string {
 	writeCounts(&b, s.ByReason)
 	b.WriteString("by source partition:\n")
 	writeCounts(&b, s.BySource)
+	b.WriteString("by rule version (dlq.rules; (none): written before the header existed):\n")
+	writeCounts(&b, s.ByRule)
 	if len(s.Samples) > 0 {
 		b.WriteString("samples (most recently dead-lettered first):\n")
 		for _, reason := range slices.Sorted(maps.Keys(s.Samples)) {
@@ -226,7 +260,7 @@ func (s *Summary) String() string {
 				if x.ReplayedFrom != "" {
 					fmt.Fprintf(&b, "      replayed from: %s\n", x.ReplayedFrom)
 				}
-				fmt.Fprintf(&b, "      detail: %s\n      value (%d bytes): %s\n", x.Detail, x.ValueBytes, x.Value)
+				fmt.Fprintf(&b, "      rules: %s\n      detail: %s\n      value (%d bytes): %s\n", x.Rules, x.Detail, x.ValueBytes, x.Value)
 			}
 		}
 	}

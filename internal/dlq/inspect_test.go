@@ -54,6 +54,13 @@ func TestInspectProcessedDLQ(t *testing.T) {
 		fmt.Sprint(sum.BySource) != fmt.Sprint(wantSource) || sum.ReplayedBefore != 0 {
 		t.Fatalf("summary %+v\nwant %d letters, by reason %v, by source %v", sum, len(want), wantReason, wantSource)
 	}
+	// Every letter names the one rule that wrote it (dlq.rules).
+	if fmt.Sprint(sum.ByRule) != fmt.Sprintf("map[%s@%d:%d]", cfg.Rule.ID, cfg.Rule.Version, len(want)) {
+		t.Errorf("by rule version %v, want all %d letters of %s@%d", sum.ByRule, len(want), cfg.Rule.ID, cfg.Rule.Version)
+	}
+	if !strings.Contains(sum.String(), "rules: "+cfg.Rule.ID+"@") {
+		t.Errorf("samples do not show their rules:\n%s", sum)
+	}
 	for reason, samples := range sum.Samples {
 		if len(samples) != min(2, wantReason[reason]) {
 			t.Errorf("%s: %d samples, want %d", reason, len(samples), min(2, wantReason[reason]))

@@ -31,6 +31,7 @@ const originalPrefix = "dlq.original."
 var processorHeaders = []string{
 	pipeline.HeaderErrorReason,
 	pipeline.HeaderErrorDetail,
+	pipeline.HeaderDeadLetterRules,
 	pipeline.HeaderSourceTopic,
 	pipeline.HeaderSourcePartition,
 	pipeline.HeaderSourceOffset,
@@ -50,7 +51,9 @@ type Letter struct {
 
 	Key, Value []byte
 	// Headers are the original record's headers: the dead letter's headers
-	// without the processor's error.* and source.* headers.
+	// without the processor's error.*, dlq.rules and source.* headers (so
+	// a replay never carries a stale dlq.rules into a later letter; the
+	// processor would replace it anyway).
 	Headers []kgo.RecordHeader
 
 	Reason, Detail string // error.reason ("" when missing), error.detail
@@ -67,6 +70,13 @@ type Letter struct {
 	// before and failed again; "" otherwise.
 	ReplayedFrom string
 
+	// Rules is the processor's dlq.rules header (pipeline.HeaderDeadLetterRules):
+	// the rule versions the letter is the dead letter of,
+	// "<id>@<version>,..."; "" when the letter has none (written by a
+	// processor before the header existed; HasRules false).
+	Rules    string
+	HasRules bool
+
 	// Omitted is what the processor left out of a letter too large to be
 	// written whole (pipeline.HeaderOmitted: "value", ...); "" otherwise.
 	// Such a letter cannot be replayed: the original is in the input topic
@@ -74,11 +84,13 @@ type Letter struct {
 	Omitted string
 }
 
-// omittedHeader reports whether name is one of the headers the processor
-// adds only to a letter it could not write whole: they follow its
-// error.* and source.* headers.
-func omittedHeader(name string) bool {
-	return name == pipeline.HeaderOmitted || name == pipeline.HeaderOriginalBytes
+// afterReasonHeader reports whether name is one of the processor's headers
+// that older processors did not write (dlq.rules) or that it adds only to
+// a letter it could not write whole (dlq.omitted, dlq.original_bytes): a
+// letter without its own may carry an original header of that name, and
+// the processor's follow its error.reason.
+func afterReasonHeader(name string) bool {
+	return name == pipeline.HeaderOmitted || name == pipeline.HeaderOriginalBytes || name == pipeline.HeaderDeadLetterRules
 }
 
 // Parse decodes a dead-letter record. It never fails: a record without the
@@ -96,7 +108,7 @@ func Parse(r *kgo.Record) Letter {
 	val := map[string]string{}
 	for _, name := range processorHeaders {
 		i, ok := last[name]
-		if ok && omittedHeader(name) && i < last[pipeline.HeaderErrorReason] {
+		if ok && afterReasonHeader(name) && i < last[pipeline.HeaderErrorReason] {
 			ok = false // an original header of that name: the processor's come after error.reason
 		}
 		if ok {
@@ -113,6 +125,7 @@ func Parse(r *kgo.Record) Letter {
 		}
 	}
 	l.Omitted = val[pipeline.HeaderOmitted]
+	l.Rules, l.HasRules = val[pipeline.HeaderDeadLetterRules]
 	l.Reason = val[pipeline.HeaderErrorReason]
 	l.Detail = val[pipeline.HeaderErrorDetail]
 	p, errP := strconv.ParseInt(val[pipeline.HeaderSourcePartition], 10, 32)

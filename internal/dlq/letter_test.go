@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,6 +116,44 @@ func TestParseAndReplayRecord(t *testing.T) {
 	}
 	if r := bare.ReplayRecord("in"); r.Partition != -1 || len(r.Headers) != 2 {
 		t.Fatalf("bare replay = %+v", r)
+	}
+}
+
+// The processor's dlq.rules (after its error.reason) is parsed and is not
+// an original header: a replay does not carry it back into the input. An
+// original header of that name (before error.reason, on a letter of an
+// older processor) is the record's own.
+func TestParseRulesHeader(t *testing.T) {
+	cfg := config.Default()
+	l := letter{reason: "decode_error", partition: 1, offset: 3, rules: "machine-avg@3,vibration-high@2",
+		headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t1")}}}
+	got := Parse(l.record(cfg))
+	if !got.HasRules || got.Rules != "machine-avg@3,vibration-high@2" || got.Reason != "decode_error" || !got.SourceOK {
+		t.Fatalf("Parse = %+v", got)
+	}
+	if hs := headerList(&kgo.Record{Headers: got.Headers}); strings.Join(hs, " ") != "trace=t1" {
+		t.Fatalf("original headers %v", hs)
+	}
+	for _, h := range got.ReplayRecord("in").Headers {
+		if h.Key == pipeline.HeaderDeadLetterRules {
+			t.Fatalf("the replay carries %s=%s", h.Key, h.Value)
+		}
+	}
+	s := &Summary{ByReason: map[string]int{}, BySource: map[string]int{}, ByRule: map[string]int{}, samples: map[string][]Letter{}}
+	s.add(got, 1)
+
+	old := letter{reason: "decode_error", partition: 1, offset: 4,
+		headers: []kgo.RecordHeader{{Key: pipeline.HeaderDeadLetterRules, Value: []byte("stale@1")}}}
+	g2 := Parse(old.record(cfg))
+	if g2.HasRules || g2.Rules != "" || len(g2.Headers) != 1 || string(g2.Headers[0].Value) != "stale@1" {
+		t.Fatalf("a letter of an older processor: %+v", g2)
+	}
+	s.add(g2, 1)
+	if fmt.Sprint(s.ByRule) != "map[(none):1 machine-avg@3:1 vibration-high@2:1]" {
+		t.Fatalf("by rule version: %v", s.ByRule)
+	}
+	if r := rulesExcerpt(g2); r != noRules {
+		t.Fatalf("sample rules of an older letter: %q", r)
 	}
 }
 

@@ -380,6 +380,17 @@ func TestReplayedRecordsReturnToTheDLQ(t *testing.T) {
 		if tr, ok := header(r, "trace"); !ok || tr == "" {
 			t.Errorf("returned letter %s lost the original headers", l.Position())
 		}
+		// The new letter names the rule that wrote it, once: the replay
+		// did not carry the first letter's dlq.rules into the input.
+		var named []string
+		for _, h := range r.Headers {
+			if h.Key == pipeline.HeaderDeadLetterRules {
+				named = append(named, string(h.Value))
+			}
+		}
+		if want := cfg.Rule.ID + "@" + strconv.Itoa(cfg.Rule.Version); len(named) != 1 || named[0] != want || l.Rules != want {
+			t.Errorf("returned letter %s: dlq.rules headers %q, want one %q", l.Position(), named, want)
+		}
 		delete(mismatched, l.ReplayedFrom)
 	}
 	if back != rep.ReplayedTotal() || len(mismatched) != 0 {

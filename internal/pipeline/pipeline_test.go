@@ -213,9 +213,12 @@ func TestDeadLetterTooLargeLeavesOutItsValue(t *testing.T) {
 		}
 		return v
 	}
+	// The largest dlq.rules value the processor writes (it refuses rules
+	// that need a larger one).
+	named := largestDeadLetterRules(t)
 	small := base
 	small.Value = bytes.Repeat([]byte("x"), 1000)
-	if out := DeadLetterOutput(small, verr); !bytes.Equal(out.Value, small.Value) || hdr(out, HeaderOmitted) != "" {
+	if out := DeadLetterOutput(small, verr, named); !bytes.Equal(out.Value, small.Value) || hdr(out, HeaderOmitted) != "" || hdr(out, HeaderDeadLetterRules) != string(named) {
 		t.Fatalf("small letter changed: omitted %q", hdr(out, HeaderOmitted))
 	}
 	for _, tc := range []struct {
@@ -232,9 +235,9 @@ func TestDeadLetterTooLargeLeavesOutItsValue(t *testing.T) {
 		if tc.want == "value,key,headers" {
 			in.Headers = []Header{{"big", bytes.Repeat([]byte("h"), MaxDeadLetterBytes)}}
 		}
-		out := DeadLetterOutput(in, verr)
+		out := DeadLetterOutput(in, verr, named)
 		size := len(out.Key) + len(out.Value) + headersBytes(out.Headers)
-		if hdr(out, HeaderOmitted) != tc.want || out.Value != nil || size > MaxDeadLetterBytes ||
+		if hdr(out, HeaderOmitted) != tc.want || out.Value != nil || size > MaxDeadLetterBytes || hdr(out, HeaderDeadLetterRules) != string(named) ||
 			hdr(out, HeaderErrorReason) != "too_large" || hdr(out, HeaderSourceOffset) != "7" || hdr(out, HeaderOriginalBytes) == "" {
 			t.Errorf("%s: omitted %q (want %q), %d value bytes, letter %d bytes, reason %q, offset %q", tc.name,
 				hdr(out, HeaderOmitted), tc.want, len(out.Value), size, hdr(out, HeaderErrorReason), hdr(out, HeaderSourceOffset))

@@ -106,7 +106,7 @@ func BenchmarkRuleStages(b *testing.B) {
 						accts[j].NextOffset = in.Offset + 1
 						accts[j].DeadLettered++
 					}
-					emit(DeadLetterOutput(in, verr))
+					emit(check.DeadLetter(in, verr))
 					continue
 				}
 				env := EnvOf(&ev) // once per record, as consume does

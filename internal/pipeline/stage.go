@@ -34,6 +34,11 @@ type Options struct {
 	// EncodeAlert writes alert revisions (the Avro alert encoder); nil is
 	// alerts.Alert.Encode (JSON).
 	EncodeAlert func(alerts.Alert) ([]byte, error)
+	// DeadLetterRules is the dlq.rules value of the dead letters Process
+	// writes (HeaderDeadLetterRules: the rules that write one letter of the
+	// record to this rule's dead-letter topic, DeadLetterRules); nil names
+	// the stage's rule alone.
+	DeadLetterRules []byte
 }
 
 // Stage applies one compiled rule to one input partition's records. It is
@@ -64,6 +69,9 @@ func NewStage(rule config.Rule) (*Stage, error) {
 func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
 	if o.MaxFutureSkewMs <= 0 {
 		o.MaxFutureSkewMs = event.DefaultMaxFutureSkewMs
+	}
+	if o.DeadLetterRules == nil {
+		o.DeadLetterRules = EncodeDeadLetterRules([]RuleVersion{{ID: c.Rule.ID, Version: c.Rule.Version}})
 	}
 	s := &Stage{
 		c:     c,
@@ -155,19 +163,37 @@ func (s *Stage) Process(w *Partition, in Input, acct *Accounting, emit func(Outp
 		acct.Records++
 		acct.NextOffset = in.Offset + 1
 		acct.DeadLettered++
-		emit(DeadLetterOutput(in, verr))
+		emit(s.DeadLetter(in, verr))
 		return
 	}
 	s.Apply(w, &ev, in, acct, emit)
 }
 
+// DeadLetter is the dead letter Process writes of a record that failed
+// validation: DeadLetterOutput with the stage's dlq.rules value
+// (Options.DeadLetterRules).
+func (s *Stage) DeadLetter(in Input, verr *event.Error) Output {
+	return DeadLetterOutput(in, verr, s.o.DeadLetterRules)
+}
+
 // DeadLetterOutput is the dead letter of a record that failed validation:
-// the original key, value and headers, then error.reason, error.detail and
-// source.*.
-func DeadLetterOutput(in Input, verr *event.Error) Output {
+// the original key, value and headers, then error.reason, error.detail,
+// dlq.rules = named (HeaderDeadLetterRules) and source.*. The header is
+// set, not added: a dlq.rules header the record carried (a stale one, on a
+// record re-injected by hand or by an older processor dlq replay) is left
+// out of the copied headers, so a letter names the rules that wrote it and
+// no others. named nil writes a letter as processors did before the header
+// existed (no dlq.rules, the original headers all kept): reconcile uses it
+// to recognise such letters.
+func DeadLetterOutput(in Input, verr *event.Error, named []byte) Output {
+	extra := []Header{{HeaderErrorReason, []byte(verr.Reason)}, {HeaderErrorDetail, []byte(verr.Detail)}}
+	if named != nil {
+		in.Headers = withoutDeadLetterRules(in.Headers)
+		extra = append(extra, Header{HeaderDeadLetterRules, named})
+	}
 	out := Output{
 		Kind: DeadLetter, Key: in.Key, Value: in.Value, Reason: string(verr.Reason),
-		Headers: copyHeaders(in, Header{HeaderErrorReason, []byte(verr.Reason)}, Header{HeaderErrorDetail, []byte(verr.Detail)}),
+		Headers: copyHeaders(in, extra...),
 	}
 	size := len(out.Key) + len(out.Value) + headersBytes(out.Headers)
 	if size <= MaxDeadLetterBytes {
@@ -180,8 +206,8 @@ func DeadLetterOutput(in Input, verr *event.Error) Output {
 	}
 	if headersBytes(out.Headers) > MaxDeadLetterBytes-100 {
 		omitted = "value,key,headers"
-		out.Headers = copyHeaders(Input{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, TimestampMs: in.TimestampMs},
-			Header{HeaderErrorReason, []byte(verr.Reason)}, Header{HeaderErrorDetail, []byte(verr.Detail)})
+		// (dlq.rules is at most MaxDeadLetterRulesBytes: what is left fits.)
+		out.Headers = copyHeaders(Input{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, TimestampMs: in.TimestampMs}, extra...)
 	}
 	out.Headers = append(out.Headers, Header{HeaderOmitted, []byte(omitted)},
 		Header{HeaderOriginalBytes, strconv.AppendInt(nil, int64(size), 10)})

@@ -21,6 +21,12 @@ import (
 // counts its repartition topic (whose records passed validation at the
 // source); the source's dead letters also go to its topic, and are checked
 // against the source range of an in-place rule of the same source.
+//
+// Only the letters of this rule version are checked: those whose dlq.rules
+// header names it, and those without the header (written by an older
+// processor). Letters naming other versions only (an older version's, after
+// processor replay) are not the rule's: each version's letters are checked
+// on their own.
 func (rc *ruleCheck) deadLetters(dlq *topicData) {
 	rc.rr.DeadLetters = rc.checkDeadLetters(dlq, rc.in, rc.stage, rc.committed, true)
 	if !rc.repart {
@@ -42,12 +48,12 @@ func (rc *ruleCheck) checkDeadLetters(dlq, in *topicData, st *pipeline.Stage, co
 	per := map[int32]int64{}
 	for _, r := range dlq.recs {
 		topic, at, ok := copySource(r, false)
-		if !ok || topic != in.name {
-			continue // bad headers are reported once per topic (checkTopics)
+		if !ok || topic != in.name || !ownerOf(r, rc.c.Rule.ID, rc.c.Rule.Version).counts() {
+			continue // bad headers are reported once per topic (checkTopics); other versions' letters are not this rule's
 		}
 		if seen[at]++; seen[at] > 1 {
 			if seen[at] == 2 {
-				rc.violate("%s: the dead letter of %s record %s appears more than once", dlq.name, in.name, at)
+				rc.violate("%s: the dead letter of %s record %s appears more than once for %s", dlq.name, in.name, at, ruleKey(rc.c.Rule.ID, rc.c.Rule.Version))
 			}
 			continue
 		}
@@ -93,8 +99,14 @@ func (rc *ruleCheck) deadLetterProblem(cp *kgo.Record, in *topicData, st *pipeli
 		return fmt.Sprintf("has error.reason %q, but the record fails with %q", reason, d.err.Reason)
 	}
 	if isOmitted {
-		// Too large to be written whole: exactly what the processor leaves out.
-		want := pipeline.DeadLetterOutput(toInput(orig), d.err)
+		// Too large to be written whole: exactly what the processor leaves
+		// out, with the dlq.rules value the letter carries (none: written
+		// by an older processor).
+		var named []byte
+		if v, ok := pipeline.DeadLetterRulesHeader(headersOf(cp)); ok {
+			named = append([]byte{}, v...)
+		}
+		want := pipeline.DeadLetterOutput(toInput(orig), d.err, named)
 		got, _ := lastHeaderOf(want.Headers, pipeline.HeaderOmitted)
 		if got != omitted || string(want.Key) != string(cp.Key) || string(want.Value) != string(cp.Value) {
 			return fmt.Sprintf("leaves out %q of the original, but a letter of it leaves out %q", omitted, got)
@@ -228,9 +240,10 @@ func (rc *ruleCheck) lateProblem(cp *kgo.Record, at pos) string {
 }
 
 // checkTopics checks what belongs to no single rule: every dead letter and
-// too-late copy names its source, every too-late copy names its rule, and
-// copies naming topics or rules outside the file are counted in a note
-// (an older rule version's, after a replay).
+// too-late copy names its source, every too-late copy names its rule, a
+// dead letter's dlq.rules header is well-formed and names rules of the
+// letter's topic and source, and copies naming topics or rules outside the
+// file are counted in a note (an older rule version's, after a replay).
 func checkTopics(rep *Report, rd *reader, checks []*ruleCheck) error {
 	dlqs := map[string][]string{} // topic -> the inputs whose dead letters it holds
 	lates := map[string]bool{}
@@ -245,17 +258,48 @@ func checkTopics(rep *Report, rd *reader, checks []*ruleCheck) error {
 			return err
 		}
 		other := 0
+		otherRules := map[string]int{}
 		for _, r := range t.recs {
 			topic, _, ok := copySource(r, false)
 			switch {
 			case !ok:
 				rep.violate("topic %s: dead letter %d@%d has no valid source.topic/partition/offset headers", name, r.Partition, r.Offset)
+				continue
 			case !slices.Contains(dlqs[name], topic):
 				other++
+				continue
+			}
+			named, legacy, err := letterRules(r)
+			if err != nil {
+				rep.violate("topic %s: dead letter %d@%d: %v", name, r.Partition, r.Offset, err)
+				continue
+			}
+			if legacy {
+				continue
+			}
+			mine := false
+			for _, rv := range named {
+				owner := ruleByKey(checks, ruleKey(rv.ID, rv.Version))
+				switch {
+				case owner == nil:
+				case owner.c.Rule.Outputs.DLQ != name:
+					owner.violate("%s: dead letter %d@%d names the rule, whose dead-letter topic is %s", name, r.Partition, r.Offset, owner.c.Rule.Outputs.DLQ)
+				case topic != owner.src.name && topic != owner.in.name:
+					owner.violate("%s: dead letter %d@%d of a %s record names the rule, which reads %s", name, r.Partition, r.Offset, topic, owner.in.name)
+				default:
+					mine = true
+				}
+			}
+			if !mine {
+				v, _ := lastHeader(r, pipeline.HeaderDeadLetterRules)
+				otherRules[v]++
 			}
 		}
 		if other > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("topic %s: %d dead letters of topics no rule of the file reads (not checked)", name, other))
+		}
+		if len(otherRules) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("topic %s: dead letters of rule versions not in the file (not checked), by %s: %s", name, pipeline.HeaderDeadLetterRules, countList(otherRules)))
 		}
 	}
 	for _, name := range sortedKeys(lates) {

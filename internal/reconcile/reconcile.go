@@ -18,7 +18,9 @@
 // With a rules file (Config.RulesFile) the same proof is made for every
 // rule, against its own changelog and its share of the possibly shared
 // output topics (rules.go): alerts chosen by rule id and version, too-late
-// copies by their late.rule headers, dead letters once per distinct topic;
+// copies by their late.rule headers, dead letters by their dlq.rules header
+// (letters.go; letters without it, of older processors, count for every
+// version), once per distinct topic;
 // evidence is checked against the rule's window type and filter. A
 // repartitioned rule is checked against its repartition topic, with what
 // the processor purged of it found in the source, and is not recomputed.
@@ -254,23 +256,41 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
-	// Dead letters and too-late copies: each counted input record once.
+	// Dead letters and too-late copies: each counted input record once, for
+	// this rule version. Copies of other versions (after processor replay
+	// into a new version, the topics hold the older one's too) are counted
+	// in a note: dead letters whose dlq.rules names other versions only,
+	// too-late copies whose late.rule/late.rule_version do. Copies without
+	// those headers (written by older processors) are this version's.
 	for _, side := range []struct {
 		topic string
 		count func(pipeline.Accounting) int64
 		n     *int
+		owner func(*kgo.Record) letterOwner
+		what  string
 	}{
-		{cfg.Topics.DLQ, func(a pipeline.Accounting) int64 { return a.DeadLettered }, &rep.DeadLetters},
-		{cfg.Topics.Late, func(a pipeline.Accounting) int64 { return a.TooLate }, &rep.TooLate},
+		{cfg.Topics.DLQ, func(a pipeline.Accounting) int64 { return a.DeadLettered }, &rep.DeadLetters,
+			func(r *kgo.Record) letterOwner { return ownerOf(r, cfg.Rule.ID, cfg.Rule.Version) }, "dead letters"},
+		{cfg.Topics.Late, func(a pipeline.Accounting) int64 { return a.TooLate }, &rep.TooLate, lateOwner(cfg.Rule.ID, cfg.Rule.Version), "too-late copies"},
 	} {
 		recs, err := read(side.topic)
 		if err != nil {
 			return nil, err
 		}
-		*side.n = len(recs)
 		seen := map[string]bool{}
 		per := map[int32]int64{}
+		others := map[string]int{}
 		for _, r := range recs {
+			switch side.owner(r) {
+			case letterBad:
+				v, _ := lastHeader(r, pipeline.HeaderDeadLetterRules)
+				rep.violate("%s %d@%d: unreadable %s header %q", side.topic, r.Partition, r.Offset, pipeline.HeaderDeadLetterRules, v)
+				continue
+			case letterOther:
+				others[copyRules(r)]++
+				continue
+			}
+			*side.n++
 			p, errP := strconv.ParseInt(header(r, pipeline.HeaderSourcePartition), 10, 32)
 			off, errO := strconv.ParseInt(header(r, pipeline.HeaderSourceOffset), 10, 64)
 			if errP != nil || errO != nil || header(r, pipeline.HeaderSourceTopic) != cfg.Topics.Input {
@@ -279,7 +299,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			pos := fmt.Sprintf("%d@%d", p, off)
 			if seen[pos] {
-				rep.violate("%s: input record %s appears twice", side.topic, pos)
+				rep.violate("%s: input record %s appears twice for %s", side.topic, pos, ruleKey(cfg.Rule.ID, cfg.Rule.Version))
 			}
 			seen[pos] = true
 			src := byPos[int32(p)][off]
@@ -296,6 +316,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if want := side.count(top) - side.count(base[p]); per[p] != want {
 				rep.violate("partition %d: %d records in %s, accounting says %d", p, per[p], side.topic, want)
 			}
+		}
+		if len(others) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %s of other rule versions (not checked): %s", side.topic, side.what, countList(others)))
 		}
 	}
 
@@ -505,14 +528,36 @@ func recompute(rep *Report, cfg config.Config, fm *formats, rule *rules.Compiled
 		}
 	}
 	add(pipeline.Alert, alertRecs)
-	for kind, topic := range map[pipeline.Kind]string{pipeline.DeadLetter: cfg.Topics.DLQ, pipeline.TooLate: cfg.Topics.Late} {
-		recs, err := read(topic)
-		if err != nil {
-			rep.violate("recompute: read %s: %v", topic, err)
-			return
-		}
-		add(kind, recs)
+	// This version's copies (and older processors' without the headers),
+	// as the run above chose them; dead letters with the rules they name
+	// as this configuration names them (letterAsReference).
+	dlqs, err := read(cfg.Topics.DLQ)
+	if err != nil {
+		rep.violate("recompute: read %s: %v", cfg.Topics.DLQ, err)
+		return
 	}
+	byPos := map[pos]*kgo.Record{}
+	for _, r := range input {
+		byPos[pos{r.Partition, r.Offset}] = r
+	}
+	named := pipeline.DeadLetterRules([]*rules.Compiled{rule}, cfg.Topics.Input, cfg.Topics.DLQ)
+	for _, r := range dlqs {
+		if ownerOf(r, cfg.Rule.ID, cfg.Rule.Version).counts() {
+			key, value, hs := letterAsReference(r, named, func(at pos) *kgo.Record { return byPos[at] }, func(o *kgo.Record) *event.Error {
+				in := toInput(o)
+				_, verr := stage.Check(&in)
+				return verr
+			})
+			got.Add(pipeline.DeadLetter, key, value, hs)
+		}
+	}
+	lates, err := read(cfg.Topics.Late)
+	if err != nil {
+		rep.violate("recompute: read %s: %v", cfg.Topics.Late, err)
+		return
+	}
+	own := lateOwner(cfg.Rule.ID, cfg.Rule.Version)
+	add(pipeline.TooLate, slices.DeleteFunc(slices.Clone(lates), func(r *kgo.Record) bool { return !own(r).counts() }))
 	if d := pipeline.Diff(want, got.Canonical()); d != "" {
 		rep.violate("committed outputs differ from a recomputation over the committed input:\n%s", d)
 	}

@@ -57,6 +57,10 @@ type ruleCheck struct {
 	// srcStage validates the source's records (with the record-key check);
 	// stage itself for a rule that reads its source in place.
 	srcStage *pipeline.Stage
+	// dlqRules is the dlq.rules value of the letters of the source's
+	// records on the rule's dead-letter topic (pipeline.DeadLetterRules),
+	// as the processor of this configuration writes them.
+	dlqRules []byte
 	filter   *rules.Filter
 	thr      *rules.Threshold
 	repart   bool
@@ -122,7 +126,7 @@ func runRules(ctx context.Context, o Options) (*Report, error) {
 	}
 	checks := make([]*ruleCheck, 0, len(rs))
 	for _, c := range rs {
-		rc, err := newRuleCheck(rep, rd, cfg, c)
+		rc, err := newRuleCheck(rep, rd, cfg, c, rs)
 		if err != nil {
 			return nil, err
 		}
@@ -174,8 +178,9 @@ func (rd *reader) prefetch(cfg config.Config, rs []*rules.Compiled) error {
 	return nil
 }
 
-// newRuleCheck reads the rule's input and prepares its evaluators.
-func newRuleCheck(rep *Report, rd *reader, cfg config.Config, c *rules.Compiled) (*ruleCheck, error) {
+// newRuleCheck reads the rule's input and prepares its evaluators; rs are
+// all the rules of the file.
+func newRuleCheck(rep *Report, rd *reader, cfg config.Config, c *rules.Compiled, rs []*rules.Compiled) (*ruleCheck, error) {
 	r := c.Rule
 	rc := &ruleCheck{rep: rep, c: c, fm: rd.fm, repart: r.Repartitioned(), filter: c.NewFilter(), thr: c.NewThreshold(),
 		base: map[int32]pipeline.Accounting{}, top: map[int32]pipeline.Accounting{}}
@@ -187,8 +192,9 @@ func newRuleCheck(rep *Report, rd *reader, cfg config.Config, c *rules.Compiled)
 	// The source's decoder for both stages: a repartition topic carries
 	// the source's values unchanged (as the processor reads them).
 	dec := rd.fm.decoder(r.Source)
+	rc.dlqRules = pipeline.DeadLetterRules(rs, r.Source, r.Outputs.DLQ)
 	var err error
-	if rc.srcStage, err = pipeline.NewRuleStage(c, pipeline.Options{MaxFutureSkewMs: skew, Decoder: dec}); err != nil {
+	if rc.srcStage, err = pipeline.NewRuleStage(c, pipeline.Options{MaxFutureSkewMs: skew, Decoder: dec, DeadLetterRules: rc.dlqRules}); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	rc.stage = rc.srcStage
@@ -349,9 +355,14 @@ func (rc *ruleCheck) recompute(mine []alertRec, late, dlq *topicData) {
 			got.Add(pipeline.TooLate, r.Key, r.Value, headersOf(r))
 		}
 	}
+	// The source's letters of this rule version (and of older processors:
+	// letterOwner), with the rules the letter names as this configuration
+	// names them (letterAsReference).
 	for _, r := range dlq.recs {
-		if topic, _, ok := copySource(r, false); ok && topic == rc.src.name {
-			got.Add(pipeline.DeadLetter, r.Key, r.Value, headersOf(r))
+		if topic, _, ok := copySource(r, false); ok && topic == rc.src.name && ownerOf(r, rc.c.Rule.ID, rc.c.Rule.Version).counts() {
+			key, value, hs := letterAsReference(r, rc.dlqRules, func(at pos) *kgo.Record { return rc.src.byPos[at] },
+				func(o *kgo.Record) *event.Error { return rc.src.validate(rc.srcStage, o).err })
+			got.Add(pipeline.DeadLetter, key, value, hs)
 		}
 	}
 	if d := pipeline.Diff(want, got.Canonical()); d != "" {

@@ -243,9 +243,11 @@ func TestFixture(t *testing.T) {
 	}
 	type wantSide struct {
 		offset  int
-		headers []string // exact, in order; error.detail is checked apart
+		headers []string // exact, in order, up to error.reason; error.detail is checked apart
 		detail  string   // error.detail must contain it
 	}
+	// Each dead letter names the rule version that wrote it.
+	dlqRules := "dlq.rules=" + rule.ID + "@" + strconv.Itoa(rule.Version)
 	dlqWant := []wantSide{
 		{8, []string{"trace=t-8", "error.reason=decode_error"}, "JSON"},
 		{9, []string{"error.reason=invalid_field"}, "schema_version"},
@@ -272,7 +274,7 @@ func TestFixture(t *testing.T) {
 			}
 			hs = append(hs, h.Key+"="+string(h.Value))
 		}
-		if want := append(slices.Clone(w.headers), srcHeaders(w.offset)...); !slices.Equal(hs, want) {
+		if want := append(append(slices.Clone(w.headers), dlqRules), srcHeaders(w.offset)...); !slices.Equal(hs, want) {
 			t.Errorf("dead letter %d (%s): headers (without error.detail) %q, want %q", i, in.what, hs, want)
 		}
 		if !strings.Contains(detail, w.detail) {

@@ -124,7 +124,9 @@ func TestRulesAndRepartitioningOnRealBroker(t *testing.T) {
 
 	// The in-place rule: exactly its reference (keyless records are
 	// processed where they are, as the reference does).
-	high, err := pipeline.NewRuleStage(rs[0], pipeline.Options{})
+	// Its dead letters name every rule of the source (they share the
+	// dead-letter topic): pipeline.DeadLetterRules.
+	high, err := pipeline.NewRuleStage(rs[0], pipeline.Options{DeadLetterRules: pipeline.DeadLetterRules(rs, input, dlq)})
 	if err != nil {
 		t.Fatal(err)
 	}
