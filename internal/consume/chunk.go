@@ -21,7 +21,8 @@ import (
 //	chunk key:  'c' | entry key | u32be index    (index 0 .. count-1)
 //	manifest:   u8 0xff | u8 version=1 | uvarint count | uvarint total length | u32be CRC-32C of the whole value
 //
-// No entry key starts with 'c' (they are "k" + name, "m", "a", "h", "x"),
+// No entry key starts with 'c' (they are "k" + name, "s" + name, "m", "a",
+// "h", "x"),
 // so chunk keys never collide with entries, and the fixed-width index
 // makes the chunk key of (entry, index) unique. No value format starts
 // with 0xff (window, aggwindow, dedup and extra encodings start with a

@@ -65,10 +65,11 @@ func TestChunkManifestRoundTrip(t *testing.T) {
 }
 
 // Keys of different entries never share a chunk key, and no entry name
-// (they start with k, m, a, h or x) is a chunk key.
+// (they start with k, s, m, a, h or x) is a chunk key.
 func TestChunkKeysDoNotCollide(t *testing.T) {
 	seen := map[string]string{}
-	for _, name := range []string{"k", "ka", "ka\x00\x00\x00", "ka\x00\x00\x00\x00", "kc", "m", "x", "a", "h", "kw\x00", "kp12345678m"} {
+	for _, name := range []string{"k", "ka", "ka\x00\x00\x00", "ka\x00\x00\x00\x00", "kc", "m", "x", "a", "h", "kw\x00", "kp12345678m",
+		"ke12345678m", "se12345678m", "sd12345678m", "sd12345678m\x00\x00\x00"} {
 		if isChunkKey([]byte(name)) {
 			t.Fatalf("entry name %q reads as a chunk key", name)
 		}
@@ -272,15 +273,56 @@ func bigIDRecord(t *testing.T, machine string, base time.Time, id string, at tim
 	return sim.Record{Key: []byte(machine), Value: v, Timestamp: ts}
 }
 
-// bigIDEvents are qualifying events from..to-1 of machine, one a second
-// from base, with ids bigID(i).
+// bigIDEvery is the event time between two of bigIDEvents: ten events a
+// second, so that a sliding rule's dedup bucket of a machine (56.25 s of
+// ids at the default horizon of 1 h) holds about 560 ids of 1 KB, more
+// than a changelog record takes (chunkBytes).
+const bigIDEvery = 100 * time.Millisecond
+
+// bigIDEvents are qualifying events from..to-1 of machine, event i at
+// base + i x bigIDEvery, with ids bigID(i).
 func bigIDEvents(t *testing.T, machine string, base time.Time, from, to int) []sim.Record {
 	t.Helper()
 	var rs []sim.Record
 	for i := from; i < to; i++ {
-		rs = append(rs, bigIDRecord(t, machine, base, bigID(i), time.Duration(i)*time.Second, 9))
+		rs = append(rs, bigIDRecord(t, machine, base, bigID(i), time.Duration(i)*bigIDEvery, 9))
 	}
 	return rs
+}
+
+// checkBucketLayout checks that the changelog's live records of a sliding
+// rule are of the bucket layout (docs/ARCHITECTURE.md, "Changelog topic"):
+// bucket entries ("s"), key entries ("k") of window format version 2 (or
+// manifests), and, when chunked is set, chunks of bucket entries among the
+// live chunks.
+func checkBucketLayout(t *testing.T, seeds []string, cfg config.Config, chunked bool) {
+	t.Helper()
+	live := map[string][]byte{}
+	for _, r := range readAll(t, seeds, cfg.ChangelogTopic()) {
+		live[fmt.Sprintf("%d/%s", r.Partition, r.Key)] = r.Value
+	}
+	buckets, bucketChunks := 0, 0
+	for k, v := range live {
+		if v == nil {
+			continue
+		}
+		key := k[strings.IndexByte(k, '/')+1:]
+		switch key[0] {
+		case changelogBucketPrefix:
+			buckets++
+		case changelogKeyPrefix:
+			if !isManifest(v) && v[0] != 2 {
+				t.Errorf("changelog key entry %.24q holds a value of version %d", key, v[0])
+			}
+		case changelogChunkPrefix:
+			if key[1] == changelogBucketPrefix {
+				bucketChunks++
+			}
+		}
+	}
+	if buckets == 0 || chunked && bucketChunks == 0 {
+		t.Fatalf("the changelog holds %d bucket entries, %d chunks of them: not the bucket layout", buckets, bucketChunks)
+	}
 }
 
 // liveChunks returns the changelog's chunk keys whose last record is not
@@ -306,11 +348,13 @@ func liveChunks(t *testing.T, seeds []string, cfg config.Config) []string {
 }
 
 // A sliding key whose state outgrows a Kafka record: one machine sends
-// qualifying events with ids as long as valid ids get (1 KB), one a
-// second, and the rule remembers every id of its dedup horizon (1 h): its
-// changelog entry passes 1 MB after about 1000 events. That entry's
-// produce failed inside the transaction (MESSAGE_TOO_LARGE), which aborted
-// and retried for ever. Now the entry is written in chunks: the group
+// qualifying events with ids as long as valid ids get (1 KB), ten a
+// second, and the rule remembers every id of its dedup horizon (1 h), in
+// buckets of 56.25 s: a bucket's changelog entry passes 512 KiB after
+// about 510 events (before the buckets, the key's one entry passed 1 MB
+// after about 1000, and its produce failed inside the transaction,
+// MESSAGE_TOO_LARGE, which aborted and retried for ever). Such an entry
+// is written in chunks: the group
 // commits past every record with the reference's outputs and accounting,
 // through restarts with the local state and restores from the changelog
 // (the state directory deleted) while the entry is chunked, after it grew,
@@ -327,7 +371,7 @@ func TestLargeKeyStateIsChunked(t *testing.T) {
 	events := func(from, to int, dups ...int) []sim.Record {
 		rs := bigIDEvents(t, machine, base, from, to)
 		for _, d := range dups { // sent again: a duplicate within the horizon
-			rs = append(rs, rec(id(d), time.Duration(d)*time.Second, 9))
+			rs = append(rs, rec(id(d), time.Duration(d)*bigIDEvery, 9))
 		}
 		return rs
 	}
@@ -346,11 +390,12 @@ func TestLargeKeyStateIsChunked(t *testing.T) {
 		waitConsumed(t, seeds, cfg, log)
 		in.stop(t)
 	}
-	run(events(0, 1200), false) // the entry passes 1 MB
+	run(events(0, 1200), false) // two dedup buckets pass 512 KiB
 	if metricValue(t, reg, "processor_state_chunked_writes_total") == 0 {
 		t.Fatal("no state entry was written in chunks: the fixture proves nothing")
 	}
-	run(events(1200, 1600, 100), false)      // restart with the local state; grows
+	run(events(1200, 1600, 100), false) // restart with the local state; grows
+	checkBucketLayout(t, seeds, cfg, true)
 	run(events(1600, 2400, 700, 1300), true) // restored from the changelog while chunked; grows
 	run(events(2400, 2500, 2000), true)      // and again
 	// Hours later (filtered): the incident closes, the ids expire and the
@@ -380,6 +425,7 @@ func TestLargeKeyStateIsChunked(t *testing.T) {
 			t.Errorf("partition %d accounting = %+v, want %+v", p, g, w)
 		}
 	}
+	checkBucketLayout(t, seeds, cfg, false)
 	// The changelog's final state holds no chunk (the key was deleted, the
 	// new one is small), and no record over the bound.
 	if live := liveChunks(t, seeds, cfg); len(live) > 0 {

@@ -24,13 +24,13 @@ func TestAtLeastOnceAbortedChunksAreNotOrphaned(t *testing.T) {
 	const machine = "M-chunky"
 	base := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
 	log := pipeline.Log{}
-	produce(t, seeds, cfg.Topics.Input, bigIDEvents(t, machine, base, 0, 700), log) // ~2 chunks
+	produce(t, seeds, cfg.Topics.Input, bigIDEvents(t, machine, base, 0, 700), log) // a dedup bucket of 2 chunks
 	in := start(t, cfg, Options{})
 	waitConsumed(t, seeds, cfg, log)
 	in.stop(t)
 	t.Logf("after run 1: live chunks %v", liveChunks(t, seeds, cfg))
 
-	produce(t, seeds, cfg.Topics.Input, bigIDEvents(t, machine, base, 700, 1700), log) // ~4 chunks
+	produce(t, seeds, cfg.Topics.Input, bigIDEvents(t, machine, base, 700, 1700), log) // two more
 	var aborted atomic.Int64
 	in = start(t, cfg, Options{AbortBatch: func() bool { aborted.Add(1); return true }})
 	for aborted.Load() < 1 {

@@ -18,12 +18,21 @@ import (
 
 // Changelog record keys. A rule's changelog partition mirrors the rule's
 // state of the input partition with the same number.
+//
+// A sliding rule's bucket entries (pipeline.Partition.DirtyBuckets: a
+// kind byte, 8 bytes of time bucket, the key) have a name space of their
+// own: under "k" they could equal an entry named by a key (a sliding
+// rule's "k" names are its keys, any non-empty string up to 1024 bytes,
+// "e\x80\x00..." included). Under "s" no record key is named by a key
+// alone, and the Pebble store keeps record keys as they are (state, "p" +
+// partition + "s" + record key), so no two entries meet there either.
 const (
-	changelogKeyPrefix = 'k' // "k" + entry name: one key's window state (pipeline.Partition names)
-	changelogMeta      = "m" // the partition's window meta (watermark)
-	changelogAcct      = "a" // the partition's accounting record, JSON
-	changelogHash      = "h" // the rule's state hash (config.StateHash) when the state was written
-	changelogExtra     = "x" // the partition's extra state (pipeline.Partition.EncodeExtra)
+	changelogKeyPrefix    = 'k' // "k" + entry name: one key's window state (pipeline.Partition names)
+	changelogBucketPrefix = 's' // "s" + bucket entry name: one time bucket of a sliding rule key (above)
+	changelogMeta         = "m" // the partition's window meta (watermark)
+	changelogAcct         = "a" // the partition's accounting record, JSON
+	changelogHash         = "h" // the rule's state hash (config.StateHash) when the state was written
+	changelogExtra        = "x" // the partition's extra state (pipeline.Partition.EncodeExtra)
 )
 
 // DecodeAccounting parses a changelog accounting record.
@@ -191,10 +200,15 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 			return nil
 		case len(name) > 0 && name[0] == changelogKeyPrefix:
 			return rp.win.LoadKey(string(name[1:]), value)
+		case len(name) > 0 && name[0] == changelogBucketPrefix:
+			return rp.win.LoadBucket(string(name[1:]), value)
 		default:
 			return fmt.Errorf("unknown state entry %q", name)
 		}
 	})
+	if err == nil {
+		err = rp.win.FinishLoad() // the entries of a key are checked together
+	}
 	for _, c := range chunkNames {
 		if !named[c] {
 			rp.tombstones = append(rp.tombstones, []byte(c))
@@ -266,7 +280,8 @@ type clEntry struct {
 // changelogEntries sweeps the state of every rule of the partition and
 // returns what the batch changed, in order: per rule the tombstones of an
 // earlier history (the first batch after a start from scratch), its dirty
-// key entries, then the meta, extra, hash and accounting records. An entry
+// key entries and bucket entries, then the meta, extra, hash and
+// accounting records. An entry
 // longer than chunkBytes is written as chunks and a manifest, and the
 // chunks an entry no longer uses are deleted (chunk.go). It touches only
 // this partition's state, so partitions are encoded in parallel.
@@ -295,6 +310,9 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 		names, meta := rp.win.Dirty()
 		for _, k := range names {
 			emit(append([]byte{changelogKeyPrefix}, k...), rp.win.EncodeKey(k))
+		}
+		for _, k := range rp.win.DirtyBuckets() {
+			emit(append([]byte{changelogBucketPrefix}, k...), rp.win.EncodeBucket(k))
 		}
 		if meta {
 			emit([]byte(changelogMeta), rp.win.EncodeMeta())

@@ -28,12 +28,24 @@ func compileRule(t testing.TB, mutate func(*rules.Rule)) *rules.Compiled {
 }
 
 // persist copies a partition's whole state into a fresh one through its
-// encodings, as a restore from the changelog does.
+// encodings, as a restore from the changelog does: the dirty entries into
+// store ("k" + name, "s" + bucket entry name, "m", "x", as consume names
+// them), then every stored entry loaded in map order (random).
 func persist(t testing.TB, s *Stage, w *Partition, store map[string][]byte) *Partition {
 	t.Helper()
+	put := func(name string, v []byte) {
+		if len(v) == 0 {
+			delete(store, name)
+		} else {
+			store[name] = v
+		}
+	}
 	names, meta := w.Dirty()
 	for _, n := range names {
-		store["k"+n] = w.EncodeKey(n)
+		put("k"+n, w.EncodeKey(n))
+	}
+	for _, n := range w.DirtyBuckets() {
+		put("s"+n, w.EncodeBucket(n))
 	}
 	if meta {
 		store["m"] = w.EncodeMeta()
@@ -50,14 +62,22 @@ func persist(t testing.TB, s *Stage, w *Partition, store map[string][]byte) *Par
 			err = fresh.LoadMeta(v)
 		case name == "x":
 			err = fresh.LoadExtra(v)
-		case len(v) > 0:
+		case name[0] == 's':
+			err = fresh.LoadBucket(name[1:], v)
+		default:
 			err = fresh.LoadKey(name[1:], v)
 		}
 		if err != nil {
 			t.Fatalf("load %q: %v", name, err)
 		}
 	}
-	fresh.ClearDirty()
+	if err := fresh.FinishLoad(); err != nil {
+		t.Fatal(err)
+	}
+	fresh.ClearLoaded()
+	if names, meta := fresh.Dirty(); len(names) != 0 || meta || len(fresh.DirtyBuckets()) != 0 {
+		t.Fatalf("a load of the current format left entries dirty: %q %v %q", names, meta, fresh.DirtyBuckets())
+	}
 	return fresh
 }
 

@@ -21,13 +21,17 @@ import (
 // It is not safe for concurrent use: the goroutine that owns the input
 // partition owns it.
 //
-// Its persisted form is a set of named entries (Dirty, EncodeKey, LoadKey)
-// plus one meta entry (EncodeMeta, LoadMeta). Names of a sliding rule are
-// its keys (package window's key encoding); names of an aggregating rule are
-// "w" + key (package aggwindow's key encoding), "p" + 8-byte pane start +
-// key (its pane encoding, tumbling and hopping windows, see paneName) and
-// "d" + 8-byte bucket + key (package dedup's bucketed encoding, see
-// dedupName).
+// Its persisted form is a set of named entries (Dirty, EncodeKey, LoadKey),
+// for sliding rules a second set of named bucket entries (DirtyBuckets,
+// EncodeBucket, LoadBucket; the caller keeps the two name spaces apart),
+// plus one meta entry (EncodeMeta, LoadMeta); a load ends with FinishLoad.
+// Names of a sliding rule are its keys (package window's key entry) and,
+// for its bucket entries, "e" or "d" + 8-byte bucket + key (package
+// window's events and dedup buckets, see bucketName); names of an
+// aggregating rule are "w" + key (package aggwindow's key encoding), "p" +
+// 8-byte pane start + key (its pane encoding, tumbling and hopping windows,
+// see paneName) and "d" + 8-byte bucket + key (package dedup's bucketed
+// encoding, see dedupName).
 type Partition struct {
 	filter *rules.Filter
 	env    rules.Event
@@ -574,14 +578,77 @@ func (w *Partition) ClearDirty() {
 // by rules whose watermarks differed, a rule's persisted buckets can still
 // hold ids that expired for it, and their rewrite (or tombstone) must reach
 // the changelog at the next commit. (With a set of its own, a rule's load
-// marks nothing: it persisted its buckets after every expiry.)
+// marks nothing: it persisted its buckets after every expiry.) A sliding
+// rule's load marks only the keys it read in window format version 1, to be
+// rewritten in version 2 at the next commit (package window, FinishLoad):
+// those stay dirty.
 func (w *Partition) ClearLoaded() {
 	w.extraDirty = false
 	if w.slide != nil {
-		w.slide.ClearDirty()
 		return
 	}
 	w.agg.ClearDirty()
+}
+
+// FinishLoad ends a load (after every LoadKey and LoadBucket): a sliding
+// rule checks the entries of each key together and installs them (package
+// window); an aggregating rule has nothing to do.
+func (w *Partition) FinishLoad() error {
+	if w.slide != nil {
+		return w.slide.FinishLoad()
+	}
+	return nil
+}
+
+// DirtyBuckets returns the names of the bucket entries changed since
+// ClearDirty (sliding rules: package window's events and dedup buckets;
+// none for aggregating rules). A name whose EncodeBucket is empty is
+// deleted.
+func (w *Partition) DirtyBuckets() []string {
+	if w.slide == nil {
+		return nil
+	}
+	refs := w.slide.DirtyBuckets()
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = bucketName(r)
+	}
+	return names
+}
+
+// EncodeBucket encodes the named bucket entry (empty: deleted).
+func (w *Partition) EncodeBucket(name string) []byte {
+	r, ok := parseBucketName(name)
+	if w.slide == nil || !ok {
+		return nil
+	}
+	return w.slide.EncodeBucket(r)
+}
+
+// LoadBucket restores the named bucket entry (to be finished by
+// FinishLoad).
+func (w *Partition) LoadBucket(name string, data []byte) error {
+	if w.slide == nil {
+		return fmt.Errorf("pipeline: bucket entry %q: an aggregating rule has none (state of a sliding rule?)", name)
+	}
+	r, ok := parseBucketName(name)
+	if !ok {
+		return fmt.Errorf("pipeline: bucket entry %q: a bucket entry name is e or d, 8 bytes of bucket and the key", name)
+	}
+	return w.slide.LoadBucket(r, data)
+}
+
+// bucketName is the name of a sliding rule's bucket entry: the kind
+// (window.EventsBucket "e", window.DedupBucket "d"), the bucket, then the
+// key (timedName).
+func bucketName(r window.BucketRef) string { return timedName(r.Kind, r.Bucket, r.Key) }
+
+func parseBucketName(name string) (window.BucketRef, bool) {
+	if name == "" || name[0] != window.EventsBucket && name[0] != window.DedupBucket {
+		return window.BucketRef{}, false
+	}
+	key, b, ok := parseTimedName(name[0], name)
+	return window.BucketRef{Kind: name[0], Key: key, Bucket: b}, ok
 }
 
 // EncodeKey encodes the named entry (empty: the entry is deleted).
@@ -611,7 +678,8 @@ func (w *Partition) EncodeKey(name string) []byte {
 
 // DedupBucketMs is the time bucket of an aggregating rule's persisted
 // event ids: a 64th of the dedup horizon, at least 1 s, so that a commit
-// rewrites about a 64th of a key's ids, not all of them.
+// rewrites about a 64th of a key's ids, not all of them. (A sliding rule's
+// ids use the same buckets: window.DefaultDedupBucketMs.)
 func DedupBucketMs(horizonMs int64) int64 { return max(1000, horizonMs/64) }
 
 // dedupName is the entry name of a dedup bucket: "d", the bucket, then the

@@ -42,6 +42,46 @@ type Config struct {
 	// and the event_id of the first evidence event of revision 0. It must be
 	// a pure function. Required (package alerts owns the hash).
 	AlertID func(key, firstEventID string) string
+
+	// EventBucketMs and DedupBucketMs are the time buckets of the persisted
+	// state (encoding.go): a key's kept events with ts in [b*B, (b+1)*B)
+	// are one entry, and so are its remembered ids, so that a commit
+	// rewrites the buckets that changed, not the key's whole state. They
+	// are part of the persisted format (a state written with other
+	// buckets is refused, ErrUnknownVersion); 0 means the default,
+	// DefaultEventBucketMs and DefaultDedupBucketMs, which is what the
+	// processor uses. Tests set them small. >= 0.
+	EventBucketMs int64
+	DedupBucketMs int64
+}
+
+// DefaultEventBucketMs is the event bucket of a rule: a 64th of L + S, at
+// least 1 s. The kept events of a key span about D + L + S of event time
+// (those with ts >= W - L - S), so a key keeps about 64 event buckets, and
+// a commit rewrites the newest one (the events a batch applies) and the
+// oldest one (when pruning cut into it): about a 32nd of the key's events
+// instead of all of them, with a bounded number of entries per key. (At
+// the defaults, 11.25 s.)
+func DefaultEventBucketMs(latenessMs, sizeMs int64) int64 {
+	return max(1000, addSat(latenessMs, sizeMs)/64)
+}
+
+// DefaultDedupBucketMs is the dedup bucket of a rule: a 64th of H, at least
+// 1 s, as the aggregating rules' buckets of remembered ids
+// (pipeline.DedupBucketMs): a key keeps about 64 of them. (At the default
+// H = 1h, 56.25 s.)
+func DefaultDedupBucketMs(horizonMs int64) int64 { return max(1000, horizonMs/64) }
+
+// bucketsMs returns the bucket lengths c resolves to.
+func (c Config) bucketsMs() (events, dedup int64) {
+	events, dedup = c.EventBucketMs, c.DedupBucketMs
+	if events == 0 {
+		events = DefaultEventBucketMs(c.LatenessMs, c.SizeMs)
+	}
+	if dedup == 0 {
+		dedup = DefaultDedupBucketMs(c.DedupHorizonMs)
+	}
+	return events, dedup
 }
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
@@ -65,6 +105,10 @@ func (c Config) Validate() error {
 	case c.DedupHorizonMs <= addSat(c.SizeMs, c.LatenessMs):
 		return bad("DedupHorizonMs", c.DedupHorizonMs,
 			fmt.Sprintf("> SizeMs + LatenessMs = %d (milliseconds)", addSat(c.SizeMs, c.LatenessMs)))
+	case c.EventBucketMs < 0:
+		return bad("EventBucketMs", c.EventBucketMs, ">= 0 (milliseconds; 0: the default)")
+	case c.DedupBucketMs < 0:
+		return bad("DedupBucketMs", c.DedupBucketMs, ">= 0 (milliseconds; 0: the default)")
 	case c.AlertID == nil:
 		return fmt.Errorf("%w: AlertID is nil, must be set (the alerts package's id function)", ErrInvalidConfig)
 	}

@@ -2,7 +2,9 @@
 // partition: the partition watermark, per-key deduplication, lateness,
 // firing sets and incidents, and the alert revisions they cause (SPEC.md
 // section 4, steps 2 to 7). It also owns the binary encoding of that state
-// (see encoding.go), which package state stores as opaque bytes.
+// (see encoding.go): per key a key entry and entries per time bucket of its
+// events and remembered ids, so that a commit rewrites what changed, which
+// package state stores as opaque bytes.
 //
 // The package is pure and deterministic. A Partition is a function of the
 // sequence of (Event, qualifies) pairs fed to Process and nothing else: time

@@ -36,6 +36,11 @@ import "math"
 // Both sets are prefixes in (ts, ...) order, so pruning cuts a prefix and
 // the kept events are always a suffix of all applied events of the key. A
 // key with no events, no remembered ids and no open incidents is deleted.
+// Whatever pruning removes is marked dirty in its bucket entry
+// (encoding.go), which the next persist rewrites with what is left of it,
+// or deletes: the oldest bucket of each kind of a busy key is rewritten as
+// pruning cuts into it, and a deleted key's buckets were all marked by the
+// prunes that emptied them.
 // Because none of this changes an output, it does not matter when Sweep
 // runs; the property tests check that (also with incidents that stay open
 // for many times L + S).
@@ -61,6 +66,7 @@ func (p *Partition) prune(ks *keyState, w int64) bool {
 			}
 			for _, e := range ks.seenBy[:k] {
 				delete(ks.seen, e.id)
+				p.markBucket(ks, DedupBucket, e.ts)
 			}
 			clear(ks.seenBy[:k])
 			ks.seenBy = ks.seenBy[k:]
@@ -85,6 +91,9 @@ func (p *Partition) prune(ks *keyState, w int64) bool {
 				if i, j := ks.lowerBound(inc.start), min(ks.upperBound(inc.end), k); j > i {
 					inc.pruned += j - i
 				}
+			}
+			for i := range ks.events[:k] {
+				p.markBucket(ks, EventsBucket, ks.events[i].TS)
 			}
 			clear(ks.events[:k])
 			ks.events = ks.events[k:]
@@ -172,6 +181,7 @@ func (p *Partition) Sweep() int {
 		}
 		if ks.empty() {
 			delete(p.keys, ks.key)
+			p.deleted = append(p.deleted, ks) // its bucket marks, for DirtyBuckets
 			p.markDirty(ks)
 			deleted++
 			continue

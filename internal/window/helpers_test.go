@@ -3,7 +3,6 @@ package window
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -108,14 +107,14 @@ type driver struct {
 	sweep, flush, restore float64
 	rnd                   func() float64
 
-	store map[string][]byte // what package state would hold
+	store map[entryName][]byte // what package state would hold
 	meta  []byte
 	revs  []Revision
 	outs  []Outcome
 }
 
 func newDriver(tb testing.TB, cfg Config) *driver {
-	return &driver{tb: tb, cfg: cfg, p: mustPartition(tb, cfg), store: map[string][]byte{}}
+	return &driver{tb: tb, cfg: cfg, p: mustPartition(tb, cfg), store: map[entryName][]byte{}}
 }
 
 func (d *driver) setKeepAll(v bool) {
@@ -153,32 +152,24 @@ func (d *driver) run(recs []rec) []Revision {
 
 // persist writes the dirty state into the store, as package state does.
 func (d *driver) persist() {
-	keys, meta := d.p.Dirty()
-	for _, k := range keys {
-		if b := d.p.EncodeKey(k); b == nil {
-			delete(d.store, k)
-		} else {
-			d.store[k] = b
-		}
-	}
+	_, meta := d.p.Dirty()
+	persistDirty(d.p, d.store)
 	if meta {
 		d.meta = d.p.EncodeMeta()
 	}
 	d.p.ClearDirty()
-	if k, m := d.p.Dirty(); len(k) != 0 || m {
-		d.tb.Fatalf("dirty after ClearDirty: %v %v", k, m)
+	if k, m := d.p.Dirty(); len(k) != 0 || m || len(d.p.DirtyBuckets()) != 0 {
+		d.tb.Fatalf("dirty after ClearDirty: %v %v %v", k, m, d.p.DirtyBuckets())
 	}
 }
 
 // reload persists, then replaces the partition by one restored from the
-// store alone, and checks that the store described the partition exactly.
+// store alone (its entries loaded in a random order when the driver has a
+// random source), and checks that the store described the partition
+// exactly.
 func (d *driver) reload() {
 	d.persist()
-	for k := range d.p.keys {
-		if _, ok := d.store[k]; !ok {
-			d.tb.Fatalf("key %q has state but was never persisted (missed dirty mark)", k)
-		}
-	}
+	checkStoreMatches(d.tb, d.p, d.store)
 	q := mustPartition(d.tb, d.cfg)
 	q.keepAll = d.keepAll
 	if d.meta != nil {
@@ -186,14 +177,17 @@ func (d *driver) reload() {
 			d.tb.Fatal(err)
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(d.store)) {
-		if err := q.LoadKey(k, d.store[k]); err != nil {
-			d.tb.Fatalf("LoadKey(%q): %v", k, err)
-		}
-		if got, want := q.EncodeKey(k), d.p.EncodeKey(k); string(got) != string(d.store[k]) || string(want) != string(d.store[k]) {
-			d.tb.Fatalf("key %q: store, original and restored encodings differ (missed dirty mark or non-canonical encoding)", k)
-		}
+	var shuffle func(int, func(int, int))
+	if d.rnd != nil {
+		shuffle = shuffler(d.rnd)
 	}
+	if err := loadEntries(q, d.store, shuffle); err != nil {
+		d.tb.Fatalf("load: %v", err)
+	}
+	if k, m := q.Dirty(); len(k) != 0 || m || len(q.DirtyBuckets()) != 0 {
+		d.tb.Fatalf("a load of version 2 entries marked entries dirty: %v %v %v", k, m, q.DirtyBuckets())
+	}
+	checkStoreMatches(d.tb, q, d.store)
 	if q.Watermark() != d.p.Watermark() {
 		d.tb.Fatalf("restored watermark %d, want %d", q.Watermark(), d.p.Watermark())
 	}

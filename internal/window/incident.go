@@ -25,6 +25,16 @@ type keyState struct {
 	sched     int64 // the deadline queued in Partition.sweepQ, if scheduled
 	scheduled bool
 	dirty     bool // listed in Partition.dirtyKeys
+	// dirtyB are the key's bucket entries marked dirty in generation
+	// dirtyGen of the partition (Partition.markBucket); stale otherwise.
+	dirtyB   []bucketMark
+	dirtyGen uint64
+}
+
+// bucketMark names a bucket entry of a key.
+type bucketMark struct {
+	kind byte
+	b    int64
 }
 
 type seenEntry struct {
@@ -223,6 +233,7 @@ func (p *Partition) apply(ks *keyState, ev *Event, w int64) []Revision {
 		Partition: ev.Partition, Offset: ev.Offset,
 	})
 	p.nEvents++
+	p.markBucket(ks, EventsBucket, ev.TS)
 	evs := ks.events
 
 	firstFiring := -1

@@ -3,6 +3,7 @@ package window
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Partition is the event-time state of one rule over one input partition:
@@ -21,6 +22,18 @@ type Partition struct {
 	dirtyKeys []string // may hold repeats; Dirty sorts and compacts
 	dirtyMeta bool
 
+	// The persisted buckets (encoding.go): their lengths, the generation
+	// of the keys' dirty bucket marks (keyState.dirtyB, valid while their
+	// dirtyGen equals it; ClearDirty starts a new one), and the keys
+	// deleted since ClearDirty, whose marks name the buckets to delete.
+	evB, ddB int64
+	gen      uint64
+	deleted  []*keyState
+
+	// pending are the entries LoadKey and LoadBucket read, per key, until
+	// FinishLoad checks and installs them.
+	pending map[string]*pendingKey
+
 	nEvents, nDedup int // for Stats
 
 	// keepAll disables pruning inside Process, so that tests can compare
@@ -33,7 +46,9 @@ func NewPartition(cfg Config) (*Partition, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Partition{cfg: cfg, wm: NoWatermark, delayMs: cfg.DelayMs, keys: make(map[string]*keyState)}, nil
+	p := &Partition{cfg: cfg, wm: NoWatermark, delayMs: cfg.DelayMs, keys: make(map[string]*keyState), gen: 1}
+	p.evB, p.ddB = cfg.bucketsMs()
+	return p, nil
 }
 
 // SetDelayMs sets the watermark delay D that Process uses from the next
@@ -134,6 +149,7 @@ func (p *Partition) remember(ks *keyState, id string, ts int64) {
 		if found {
 			ks.seenBy = slices.Delete(ks.seenBy, i, i+1)
 			p.nDedup--
+			p.markBucket(ks, DedupBucket, old)
 		}
 	}
 	ks.seen[id] = ts
@@ -145,6 +161,7 @@ func (p *Partition) remember(ks *keyState, id string, ts int64) {
 		ks.seenBy = slices.Insert(ks.seenBy, i, e)
 	}
 	p.nDedup++
+	p.markBucket(ks, DedupBucket, ts)
 }
 
 // closeDue runs step 7: it closes every open incident with W - L > end + S,
@@ -185,16 +202,103 @@ func (p *Partition) markDirty(ks *keyState) {
 	}
 }
 
-// Dirty returns the keys whose state changed since the last ClearDirty,
-// sorted, and whether the partition meta (the watermark) changed. A returned
-// key whose EncodeKey is nil was deleted.
+// markBucket records that the bucket entry of kind of ks at ts changed (and
+// so did its key entry, which counts what the buckets hold). The marks are
+// kept with the key, a few per commit (the newest bucket, where events
+// arrive, and the oldest, which pruning cuts), so marking costs a short
+// scan, no hashing.
+func (p *Partition) markBucket(ks *keyState, kind byte, ts int64) {
+	blen := p.evB
+	if kind == DedupBucket {
+		blen = p.ddB
+	}
+	m := bucketMark{kind: kind, b: floorDiv(ts, blen)}
+	if ks.dirtyGen != p.gen {
+		if cap(ks.dirtyB) > 8 {
+			ks.dirtyB = nil // after a bulk prune or an upgrade: not kept for every key
+		}
+		ks.dirtyB, ks.dirtyGen = ks.dirtyB[:0], p.gen
+	}
+	for i := len(ks.dirtyB) - 1; i >= 0; i-- {
+		if ks.dirtyB[i] == m {
+			return
+		}
+	}
+	ks.dirtyB = append(ks.dirtyB, m)
+	p.markDirty(ks)
+}
+
+// markAllBuckets marks every bucket entry ks has.
+func (p *Partition) markAllBuckets(ks *keyState) {
+	for i := range ks.events {
+		p.markBucket(ks, EventsBucket, ks.events[i].TS)
+	}
+	for _, e := range ks.seenBy {
+		p.markBucket(ks, DedupBucket, e.ts)
+	}
+}
+
+// floorDiv returns floor(a / b) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// Dirty returns the keys whose key entry (EncodeKey) changed since the last
+// ClearDirty, sorted, and whether the partition meta (the watermark)
+// changed. A returned key whose EncodeKey is nil was deleted. Every change
+// of a key's events, remembered ids or open incidents makes its key entry
+// dirty (it holds their counts); DirtyBuckets lists the bucket entries.
 func (p *Partition) Dirty() (keys []string, meta bool) {
 	keys = slices.Clone(p.dirtyKeys)
 	slices.Sort(keys)
 	return slices.Compact(keys), p.dirtyMeta
 }
 
-// ClearDirty forgets what Dirty reported (call it after persisting).
+// DirtyBuckets returns the bucket entries changed since the last
+// ClearDirty, sorted by kind, bucket and key. One whose EncodeBucket is nil
+// holds nothing any more (its events or ids were pruned, or moved to
+// another bucket): the caller deletes it.
+func (p *Partition) DirtyBuckets() []BucketRef {
+	var out []BucketRef
+	add := func(ks *keyState) {
+		if ks.dirtyGen != p.gen {
+			return
+		}
+		for _, m := range ks.dirtyB {
+			out = append(out, BucketRef{Kind: m.kind, Key: ks.key, Bucket: m.b})
+		}
+	}
+	for _, ks := range p.deleted {
+		add(ks)
+	}
+	for _, k := range p.dirtyKeys {
+		if ks := p.keys[k]; ks != nil && ks.dirty {
+			add(ks)
+		}
+	}
+	slices.SortFunc(out, cmpBucketRef)
+	return slices.CompactFunc(out, func(a, b BucketRef) bool { return cmpBucketRef(a, b) == 0 })
+}
+
+func cmpBucketRef(a, b BucketRef) int {
+	if a.Kind != b.Kind {
+		return int(a.Kind) - int(b.Kind)
+	}
+	if a.Bucket != b.Bucket {
+		if a.Bucket < b.Bucket {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+// ClearDirty forgets what Dirty and DirtyBuckets reported (call it after
+// persisting).
 func (p *Partition) ClearDirty() {
 	for _, k := range p.dirtyKeys {
 		if ks := p.keys[k]; ks != nil {
@@ -204,6 +308,9 @@ func (p *Partition) ClearDirty() {
 	clear(p.dirtyKeys)
 	p.dirtyKeys = p.dirtyKeys[:0]
 	p.dirtyMeta = false
+	clear(p.deleted)
+	p.deleted = p.deleted[:0]
+	p.gen++
 }
 
 // Stats counts the partition's state.

@@ -18,7 +18,7 @@ func genConfig(rng *rand.Rand) Config {
 func genConfigN(rng *rand.Rand, n int) Config {
 	s := 5 + rng.Int64N(56)
 	l := rng.Int64N(81)
-	return Config{
+	cfg := Config{
 		Threshold:      n,
 		SizeMs:         s,
 		DelayMs:        rng.Int64N(21),
@@ -26,6 +26,18 @@ func genConfigN(rng *rand.Rand, n int) Config {
 		DedupHorizonMs: s + l + 1 + rng.Int64N(100),
 		AlertID:        testAlertID,
 	}
+	setBuckets(&cfg)
+	return cfg
+}
+
+// setBuckets gives cfg persisted buckets from 1 ms to longer than what a
+// key keeps (the defaults, at least 1 s, would hold a test's whole state
+// in one bucket), derived from its other fields so that the scenarios'
+// random sequences stay those of the configurations without buckets.
+func setBuckets(cfg *Config) {
+	span := cfg.SizeMs + cfg.LatenessMs
+	cfg.EventBucketMs = 1 + (cfg.SizeMs*31+cfg.LatenessMs*17+int64(cfg.Threshold))%(span+span/2+1)
+	cfg.DedupBucketMs = 1 + (cfg.DedupHorizonMs*13+cfg.SizeMs)%(cfg.DedupHorizonMs+cfg.DedupHorizonMs/2+1)
 }
 
 // genEvents returns a set of records in ts order: bursts of qualifying
@@ -68,6 +80,7 @@ func genDenseConfig(rng *rand.Rand) Config {
 	cfg := genConfigN(rng, 2+rng.IntN(4))
 	cfg.LatenessMs = rng.Int64N(2*cfg.SizeMs + 1)
 	cfg.DedupHorizonMs = cfg.SizeMs + cfg.LatenessMs + 1 + rng.Int64N(100)
+	setBuckets(&cfg)
 	return cfg
 }
 

@@ -111,3 +111,18 @@ type Result struct {
 	// Saturates at math.MaxInt64.
 	LatenessMs int64
 }
+
+// Kinds of the bucket entries of a key's persisted state (encoding.go).
+const (
+	EventsBucket byte = 'e' // the key's kept events with ts in the bucket
+	DedupBucket  byte = 'd' // the key's remembered event ids with ts in the bucket
+)
+
+// BucketRef names one bucket entry: the key's events (Kind EventsBucket) or
+// remembered ids (Kind DedupBucket) with ts in [Bucket*B, (Bucket+1)*B),
+// B the kind's bucket length (Config.EventBucketMs, Config.DedupBucketMs).
+type BucketRef struct {
+	Kind   byte
+	Key    string
+	Bucket int64 // floor(ts / B)
+}

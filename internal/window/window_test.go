@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -522,15 +523,15 @@ func TestSweepCheapWhenNothingDue(t *testing.T) {
 func TestEncodingErrors(t *testing.T) {
 	p := mustPartition(t, vibration())
 	feed(t, p, qev("m1", "a", 0), qev("m1", "b", sec), qev("m1", "c", 2*sec), qev("m1", "d", 3*sec))
-	good := p.EncodeKey("m1")
+	good := encodeKeyV1(p, "m1")
 	q := mustPartition(t, vibration())
-	if err := q.LoadKey("m1", good); err != nil {
+	if err := loadKeyNow(q, "m1", good); err != nil {
 		t.Fatal(err)
 	}
 	bad := func(name string, data []byte, want error) {
 		t.Helper()
 		q := mustPartition(t, vibration())
-		err := q.LoadKey("m1", data)
+		err := loadKeyNow(q, "m1", data)
 		if err == nil || !errors.Is(err, want) || !strings.HasPrefix(err.Error(), "window: load key \"m1\": ") {
 			t.Errorf("%s: %v, want %v", name, err, want)
 		}
@@ -539,7 +540,7 @@ func TestEncodingErrors(t *testing.T) {
 		}
 	}
 	bad("empty", nil, ErrCorrupt)
-	bad("version", append([]byte{2}, good[1:]...), ErrUnknownVersion)
+	bad("version", append([]byte{3}, good[1:]...), ErrUnknownVersion)
 	bad("version 0", append([]byte{0}, good[1:]...), ErrUnknownVersion)
 	bad("trailing", append(slices.Clone(good), 0), ErrCorrupt)
 	for i := 1; i < len(good); i++ {
@@ -549,7 +550,7 @@ func TestEncodingErrors(t *testing.T) {
 	// Another threshold: the evidence length no longer fits.
 	cfg := vibration()
 	cfg.Threshold = 2
-	if err := mustPartition(t, cfg).LoadKey("m1", good); !errors.Is(err, ErrCorrupt) {
+	if err := loadKeyNow(mustPartition(t, cfg), "m1", good); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("threshold change: %v", err)
 	}
 
@@ -570,16 +571,117 @@ func TestEncodingErrors(t *testing.T) {
 	}
 }
 
+// bucketed is the vibration configuration with buckets of 1 s (events) and
+// 2 s (ids), so that a few events of a test span several entries.
+func bucketed() Config {
+	cfg := vibration()
+	cfg.EventBucketMs, cfg.DedupBucketMs = sec, 2*sec
+	return cfg
+}
+
+// TestEntryErrors: every entry of the version 2 layout refuses what is not
+// its encoding, and the entries of a key are checked together: a failed
+// load changes nothing.
+func TestEntryErrors(t *testing.T) {
+	p := mustPartition(t, bucketed())
+	feed(t, p, qev("m1", "a", 0), qev("m1", "b", sec), qev("m1", "c", 2*sec), qev("m1", "d", 3*sec), qev("m1", "e", 3*sec+500))
+	good := snapshot(p)
+	if len(good) != 1+4+2 {
+		t.Fatalf("%d entries, want the key, 4 event buckets and 2 dedup buckets", len(good))
+	}
+	if err := loadEntries(mustPartition(t, bucketed()), good, nil); err != nil {
+		t.Fatal(err)
+	}
+	key, ev3, dd1 := keyEntry("m1"), entryName{EventsBucket, "m1", 3}, entryName{DedupBucket, "m1", 1}
+	bad := func(name string, spoil func(m map[entryName][]byte), want error, prefix string) {
+		t.Helper()
+		m := maps.Clone(good)
+		spoil(m)
+		q := mustPartition(t, bucketed())
+		err := loadEntries(q, m, nil)
+		if err == nil || !errors.Is(err, want) || !strings.HasPrefix(err.Error(), prefix) {
+			t.Errorf("%s: %v, want %v with prefix %q", name, err, want, prefix)
+		}
+		if q.Stats() != (Stats{}) {
+			t.Errorf("%s: failed load changed the partition", name)
+		}
+	}
+	set := func(n entryName, v []byte) func(m map[entryName][]byte) {
+		return func(m map[entryName][]byte) { m[n] = v }
+	}
+	const kp, ep, dp = `window: load key "m1": `, `window: load key "m1" events bucket 3: `, `window: load key "m1" dedup bucket 1: `
+	for _, c := range []struct {
+		name   entryName
+		prefix string
+	}{{key, kp}, {ev3, ep}, {dd1, dp}} {
+		v := good[c.name]
+		bad(fmt.Sprint(c.name, " empty"), set(c.name, []byte{}), ErrCorrupt, c.prefix)
+		bad(fmt.Sprint(c.name, " version"), set(c.name, append([]byte{3}, v[1:]...)), ErrUnknownVersion, c.prefix)
+		bad(fmt.Sprint(c.name, " version 0"), set(c.name, append([]byte{0}, v[1:]...)), ErrUnknownVersion, c.prefix)
+		bad(fmt.Sprint(c.name, " trailing"), set(c.name, append(slices.Clone(v), 0)), ErrCorrupt, c.prefix)
+		for i := 1; i < len(v); i++ {
+			bad(fmt.Sprint(c.name, " truncated"), set(c.name, v[:i]), ErrCorrupt, c.prefix)
+		}
+	}
+	if c := good[key]; string(c[:5]) != "\x02\xe8\x07\xd0\x0f" {
+		t.Fatalf("key entry %x: want version 2 and the bucket lengths 1000 and 2000 first", c)
+	}
+	bad("no state", set(key, []byte{2, 0xe8, 0x07, 0xd0, 0x0f, 0, 0, 0}), ErrCorrupt, kp)
+	bad("other event bucket", set(key, append([]byte{2, 0xe9, 0x07}, good[key][3:]...)), ErrUnknownVersion, kp)
+	bad("other dedup bucket", set(key, append([]byte{2, 0xe8, 0x07, 0xd1, 0x0f}, good[key][5:]...)), ErrUnknownVersion, kp)
+	bad("empty events bucket", set(ev3, []byte{2, 0}), ErrCorrupt, ep)
+	bad("empty dedup bucket", set(dd1, []byte{2, 0}), ErrCorrupt, dp)
+	bad("events out of order", set(ev3, []byte{2, 2, 0xf0, 0x2e, 1, 'e', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 'd', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}), ErrCorrupt, ep)
+	bad("ts overflows", set(dd1, []byte{2, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 'a', 1, 1, 'b'}), ErrCorrupt, dp)
+	bad("id repeated", set(dd1, []byte{2, 2, 0xa0, 0x1f, 1, 'a', 1, 1, 'a'}), ErrCorrupt, dp)
+	bad("dedup out of order", set(dd1, []byte{2, 2, 0xa0, 0x1f, 1, 'b', 0, 1, 'a'}), ErrCorrupt, dp)
+	// The key as a whole.
+	bad("key entry missing", func(m map[entryName][]byte) { delete(m, key) }, ErrCorrupt, kp)
+	bad("events bucket missing", func(m map[entryName][]byte) { delete(m, ev3) }, ErrCorrupt, kp)
+	bad("dedup bucket missing", func(m map[entryName][]byte) { delete(m, dd1) }, ErrCorrupt, kp)
+	bad("events in another bucket", func(m map[entryName][]byte) {
+		m[entryName{EventsBucket, "m1", 9}] = m[ev3]
+		delete(m, ev3)
+	}, ErrCorrupt, kp)
+	bad("ids in another bucket", func(m map[entryName][]byte) {
+		m[entryName{DedupBucket, "m1", 9}] = m[dd1]
+		delete(m, dd1)
+	}, ErrCorrupt, kp)
+	bad("an id in two buckets", func(m map[entryName][]byte) {
+		m[entryName{DedupBucket, "m1", 0}] = []byte{2, 2, 0, 1, 'a', 0xdc, 0x0b, 1, 'c'} // a at 0, c at 1.5 s (c is in bucket 1 too)
+	}, ErrCorrupt, kp)
+	bad("a version 1 value and buckets", set(key, encodeKeyV1(p, "m1")), ErrCorrupt, kp)
+	bad("an event changed", func(m map[entryName][]byte) {
+		q := mustPartition(t, bucketed())
+		feed(t, q, qev("m1", "a", 0), rec{ev: Event{Key: "m1", EventID: "b", SensorID: "other", TS: sec, Value: 9}, q: true})
+		m[entryName{EventsBucket, "m1", 1}] = q.EncodeBucket(BucketRef{EventsBucket, "m1", 1})
+	}, ErrCorrupt, kp)
+	cfg := bucketed()
+	cfg.Threshold = 2
+	if err := loadEntries(mustPartition(t, cfg), good, nil); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("threshold change: %v", err)
+	}
+}
+
 // TestLoadKeyReplaces: loading over an existing key replaces its state and
 // keeps the partition-wide index consistent.
 func TestLoadKeyReplaces(t *testing.T) {
-	p := mustPartition(t, vibration())
+	p := mustPartition(t, bucketed())
 	feed(t, p, qev("m1", "a", 0), qev("m1", "b", sec), qev("m1", "c", 2*sec))
-	b := p.EncodeKey("m1")
+	b := snapshot(p)
 	for range 3 {
-		if err := p.LoadKey("m1", b); err != nil {
+		if err := loadEntries(p, b, nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+	legacy := encodeKeyV1(p, "m1")
+	for range 2 { // staged twice before one FinishLoad: the second replaces the first
+		if err := p.LoadKey("m1", legacy); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.FinishLoad(); err != nil {
+		t.Fatal(err)
 	}
 	if st := p.Stats(); st != (Stats{Keys: 1, Events: 3, Dedup: 3, OpenIncidents: 1}) {
 		t.Fatalf("%+v", st)
@@ -638,7 +740,11 @@ func TestLongIncidentBoundedState(t *testing.T) {
 			continue
 		}
 		maxEvents = max(maxEvents, d.p.Stats().Events)
-		maxBytes = max(maxBytes, len(d.p.EncodeKey("m1")))
+		size := 0
+		for _, v := range snapshotKey(d.p, "m1") {
+			size += len(v)
+		}
+		maxBytes = max(maxBytes, size)
 		maxPruned = max(maxPruned, ks.open[0].pruned)
 	}
 	bound := int((cfg.DelayMs+cfg.LatenessMs+cfg.SizeMs)/interval) + cfg.Threshold
@@ -712,14 +818,26 @@ func TestMergeIntoPrunedIncident(t *testing.T) {
 // all of its evidence) were pruned round-trips, and LoadKey rejects the
 // inconsistencies that can still be detected without the pruned events.
 func TestLoadKeyPrunedIncident(t *testing.T) {
+	for _, format := range []string{"v1", "v2"} {
+		t.Run(format, func(t *testing.T) { testLoadKeyPrunedIncident(t, format) })
+	}
+}
+
+func testLoadKeyPrunedIncident(t *testing.T, format string) {
 	cfg := vibration()
-	build := func(last int64) []byte {
+	encode := func(p *Partition) map[entryName][]byte {
+		if format == "v1" {
+			return map[entryName][]byte{keyEntry("m1"): encodeKeyV1(p, "m1")}
+		}
+		return snapshot(p)
+	}
+	build := func(last int64) map[entryName][]byte {
 		p := mustPartition(t, cfg)
 		for i := int64(0); i <= last; i++ {
 			p.Process(qev("m1", fmt.Sprintf("e%03d", i), i*20*sec).ev, true)
 		}
 		p.Sweep()
-		return p.EncodeKey("m1")
+		return encode(p)
 	}
 	// Events every 20 s up to 12:40: W = 12:10, W - L - S = 0:10, so e000
 	// is pruned and the evidence continues into the kept events (j = 1).
@@ -730,12 +848,12 @@ func TestLoadKeyPrunedIncident(t *testing.T) {
 	// Up to 0:10:00: nothing pruned.
 	fresh := build(30)
 
-	load := func(data []byte) (*Partition, error) {
+	load := func(data map[entryName][]byte) (*Partition, error) {
 		q := mustPartition(t, cfg)
-		return q, q.LoadKey("m1", data)
+		return q, loadEntries(q, data, nil)
 	}
 	for name, tc := range map[string]struct {
-		data   []byte
+		data   map[entryName][]byte
 		pruned int
 	}{"partial": {partial, 1}, "whole": {whole, 143}, "fresh": {fresh, 0}} {
 		q, err := load(tc.data)
@@ -747,7 +865,7 @@ func TestLoadKeyPrunedIncident(t *testing.T) {
 		}
 	}
 
-	corrupt := func(name string, data []byte, mut func(ks *keyState, inc *incident)) {
+	corrupt := func(name string, data map[entryName][]byte, mut func(ks *keyState, inc *incident)) {
 		t.Helper()
 		q, err := load(data)
 		if err != nil {
@@ -757,12 +875,12 @@ func TestLoadKeyPrunedIncident(t *testing.T) {
 		inc := ks.open[0]
 		inc.evidence = slices.Clone(inc.evidence)
 		mut(ks, inc)
-		q2, err := load(q.EncodeKey("m1"))
+		q2, err := load(encode(q))
 		if !errors.Is(err, ErrCorrupt) || q2.Stats() != (Stats{}) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 	}
-	for _, data := range [][]byte{partial, whole} {
+	for _, data := range []map[entryName][]byte{partial, whole} {
 		corrupt("pruned+1", data, func(ks *keyState, inc *incident) { inc.pruned++ })
 		corrupt("count+1", data, func(ks *keyState, inc *incident) { inc.count++ })
 		corrupt("pruned > count", data, func(ks *keyState, inc *incident) { inc.pruned = inc.count + 1 })
@@ -794,4 +912,26 @@ func TestLoadKeyPrunedIncident(t *testing.T) {
 	})
 	corrupt("evidence not the kept events", fresh, func(ks *keyState, inc *incident) { inc.evidence[2].SensorID = "other" })
 	corrupt("count", fresh, func(ks *keyState, inc *incident) { inc.count-- })
+}
+
+// TestRememberAgainMovesBucket: an expired id remembered again (here
+// without pruning in between) moves to the bucket of its new ts; the
+// bucket of the old one is rewritten without it (deleted, as it held
+// nothing else).
+func TestRememberAgainMovesBucket(t *testing.T) {
+	d := newDriver(t, bucketed())
+	d.setKeepAll(true)
+	d.step(qev("m1", "a", 0))
+	d.step(fev("m9", "f", 2*3600*sec)) // W - H > 0: "a" expired
+	d.persist()
+	if res := d.step(qev("m1", "a", 2*3600*sec)); res.Outcome != Processed {
+		t.Fatal(res.Outcome)
+	}
+	if !slices.Contains(d.p.DirtyBuckets(), BucketRef{DedupBucket, "m1", 0}) {
+		t.Fatalf("the old bucket of a moved id is not dirty: %v", d.p.DirtyBuckets())
+	}
+	d.reload()
+	if _, ok := d.store[entryName{DedupBucket, "m1", 0}]; ok {
+		t.Fatal("the old bucket of a moved id is still stored")
+	}
 }
