@@ -1,9 +1,12 @@
 package consume
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,6 +100,16 @@ type rulePart struct {
 	// tombstones are changelog keys of an earlier history, deleted by the
 	// first commit of a partition started from scratch (restorePartition).
 	tombstones [][]byte
+	// rewrite are changelog keys that records past the committed position
+	// wrote: at_least_once flushes an aborted batch's changelog records
+	// (alo.End), which a later committed position then covers although
+	// the committed state is not theirs. The next commit writes each such
+	// key's committed value again (the local store's, or a tombstone),
+	// before its own entries: else a restore would load, say, a sliding
+	// key's bucket entry of the aborted batch beside the committed key
+	// entry (a key whose counts no longer match, refused as corrupt), or
+	// a key only the aborted batch wrote.
+	rewrite [][]byte
 	// chunks are the committed entries written in chunks (chunk.go): record
 	// key -> chunk count, rebuilt from the manifests at load.
 	chunks map[string]int
@@ -278,7 +291,9 @@ type clEntry struct {
 }
 
 // changelogEntries sweeps the state of every rule of the partition and
-// returns what the batch changed, in order: per rule the tombstones of an
+// returns what the batch changed, in order: per rule the committed values
+// of the keys that records past the committed position wrote (rewrite),
+// the tombstones of an
 // earlier history (the first batch after a start from scratch), its dirty
 // key entries and bucket entries, then the meta, extra, hash and
 // accounting records. An entry
@@ -302,6 +317,17 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 			if n > 0 {
 				rp.chunked++
 			}
+		}
+		if len(rp.rewrite) > 0 {
+			slices.SortFunc(rp.rewrite, bytes.Compare)
+			rp.rewrite = slices.CompactFunc(rp.rewrite, bytes.Equal)
+		}
+		for _, k := range rp.rewrite { // first: tombstones and entries below win
+			v, err := rp.store().Get(pt.id, k)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, clEntry{rp, k, v})
 		}
 		for _, k := range rp.tombstones { // before the entries that may rewrite them
 			out = append(out, clEntry{rp, k, nil})
@@ -330,6 +356,34 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 		out = append(out, clEntry{rp, []byte(changelogAcct), acct}) // a few hundred bytes, read whole (internal/reconcile)
 	}
 	return out, nil
+}
+
+// rewriteFlushed marks the keys of an aborted batch's changelog records,
+// which at_least_once flushed, for a rewrite at the next commit
+// (rulePart.rewrite).
+func rewriteFlushed(es []clEntry) {
+	for _, e := range es {
+		e.rp.rewrite = append(e.rp.rewrite, e.name)
+	}
+}
+
+// keysPast returns the keys of the changelog records of partition p in
+// [target, end): records past the committed position, which at_least_once
+// flushed for batches whose offsets were never committed (rulePart.rewrite).
+func keysPast(ctx context.Context, r state.ChangelogReader, p int32, target, end int64) ([][]byte, error) {
+	if end <= target {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	var keys [][]byte
+	err := r.Read(ctx, p, target, end, func(rec state.ChangelogRecord) error {
+		if !seen[string(rec.Key)] {
+			seen[string(rec.Key)] = true
+			keys = append(keys, bytes.Clone(rec.Key))
+		}
+		return nil
+	})
+	return keys, err
 }
 
 // commitChunks records what the committed batch did to the chunked entries.

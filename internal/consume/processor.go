@@ -968,12 +968,13 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		rp.lastCL = rec
 		stageErr = b.Put(id, name, value)
 	}
+	var entries [][]clEntry
 	if commit { // nothing to write for an abort
 		p.markers(ctx)
 		// The partitions' entries are encoded in parallel (a partition's
 		// rules share its dedup store, so one goroutine per partition),
 		// then produced and staged in order.
-		entries := make([][]clEntry, len(p.batch))
+		entries = make([][]clEntry, len(p.batch))
 		errs := make([]error, len(p.batch))
 		p.parallel(len(p.batch), func(i int) { entries[i], errs[i] = p.batch[i].changelogEntries() })
 		for i, pt := range p.batch {
@@ -1019,6 +1020,13 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			aborted[i] = pt.pkey
 		}
 		aborted = append(aborted, rewind...)
+		if p.cfg.Mode == config.AtLeastOnce {
+			// Its changelog records were flushed (alo.End): the next
+			// commit writes their keys' committed values again.
+			for _, es := range entries {
+				rewriteFlushed(es)
+			}
+		}
 		if err := p.reloadAll(); err != nil {
 			return err
 		}
@@ -1066,7 +1074,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			rp.acct = rp.batchAcct
 			rp.lastCL = nil
 			rp.hashOK = true
-			rp.tombstones = nil
+			rp.tombstones, rp.rewrite = nil, nil
 			rp.commitChunks()
 			rp.win.ClearDirty()
 		}
@@ -1323,6 +1331,7 @@ func (p *Processor) reloadAll() error {
 		n.endOffset, n.fwd, n.committedFwd, n.restoredAt = pt.endOffset, pt.committedFwd, pt.committedFwd, pt.restoredAt
 		for i, rp := range n.rs {
 			rp.tombstones = pt.rs[i].tombstones // not committed yet
+			rp.rewrite = pt.rs[i].rewrite
 		}
 		p.parts[k] = n
 	}
@@ -1478,6 +1487,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		start := p.now()
 		p.board.update(k, func(ps *PartitionStatus) { ps.Restore = "restoring" })
 		scratch := map[*task][][]byte{} // changelog keys to delete at the first commit
+		past := map[*task][][]byte{}    // changelog keys to rewrite at the first commit
 		resumed := map[*task]bool{}     // restored to a non-empty changelog's end without a position
 		for _, t := range src.tasks {
 			var target int64
@@ -1541,6 +1551,19 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				return p.fail(err)
 			}
 			scratch[t] = old
+			if has && p.cfg.Mode == config.AtLeastOnce {
+				// Records past the committed position are of batches
+				// whose offsets were never committed (flushed, then
+				// aborted): the first commit writes their keys'
+				// committed values again (rulePart.rewrite).
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				if past[t], err = keysPast(ctx, t.restore, k.id, target, end); err != nil {
+					return p.fail(err)
+				}
+			}
 		}
 		pt, err := loadPart(src, k)
 		if err != nil {
@@ -1600,6 +1623,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 		}
 		for _, rp := range pt.rs {
 			rp.tombstones = append(rp.tombstones, scratch[rp.t]...) // after orphan chunks (loadRulePart)
+			rp.rewrite = past[rp.t]
 		}
 		pt.restoredAt = max(co.offset, 0)
 		if len(src.forwards) > 0 {
