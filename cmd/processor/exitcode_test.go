@@ -111,3 +111,29 @@ func TestRulesCheckRefusesTooMuchCommitMetadata(t *testing.T) {
 		t.Fatalf("rules check: %v, want a usage error naming the commit metadata bound and the topic", err)
 	}
 }
+
+// `rules check` refuses, as start-up does, rules whose dead letters would
+// need a dlq.rules header over pipeline.MaxDeadLetterRulesBytes
+// (consume.CheckDeadLetterRules): repartitioned rules of one source with
+// one dead-letter topic, which their commit metadata does not bound.
+func TestRulesCheckRefusesTooLargeDeadLetterRules(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "  - id: %s-%03d\n    version: 1\n    description: events\n    source: in\n    key: sensor_id\n    window: {type: tumbling, size: 1m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d, dlq: shared.dlq}\n",
+			strings.Repeat("r", 196), i, i)
+	}
+	rf := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rf, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := rulesCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"check", rf})
+	err := cmd.Execute()
+	if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "dlq.rules") || !strings.Contains(err.Error(), "shared.dlq") {
+		t.Fatalf("rules check: %v, want a usage error naming the dlq.rules bound and the dead-letter topic", err)
+	}
+}

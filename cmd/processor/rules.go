@@ -63,6 +63,9 @@ Exit code 0 when every rule is valid, 2 otherwise.`,
 			if err := consume.CheckCommitMetadata(rs); err != nil {
 				return usageError{fmt.Errorf("rules check %s: %w", path, err)}
 			}
+			if err := consume.CheckDeadLetterRules(rs); err != nil {
+				return usageError{fmt.Errorf("rules check %s: %w", path, err)}
+			}
 			if cfg != nil && len(rs) > 0 && cfg.StateHash(rs[0]) != rs[0].Hash {
 				// The hashes above are the rules'; what the processor
 				// stores and compares also covers the skew.

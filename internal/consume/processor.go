@@ -316,6 +316,9 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 	if err := CheckCommitMetadata(rs); err != nil {
 		return fmt.Errorf("consume: %w", err)
 	}
+	if err := CheckDeadLetterRules(rs); err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
 	// The dlq.rules value of each source's letters on each of its
 	// dead-letter topics, bounded (pipeline.MaxDeadLetterRulesBytes) so
 	// that a letter always fits the producer's records.
@@ -373,6 +376,30 @@ func CheckCommitMetadata(rs []*rules.Compiled) error {
 		if n := need[topic]; n > MaxCommitMetadataBytes {
 			return fmt.Errorf("the %d rules reading %s (%s) need up to %d bytes of commit metadata (their changelog positions), more than Kafka's default offset.metadata.max.bytes of %d: use shorter rule ids, or fewer rules per source topic",
 				len(ids[topic]), topic, strings.Join(ids[topic], ", "), n, MaxCommitMetadataBytes)
+		}
+	}
+	return nil
+}
+
+// CheckDeadLetterRules refuses a set of rules whose dead letters would
+// need a dlq.rules header (pipeline.HeaderDeadLetterRules) longer than
+// pipeline.MaxDeadLetterRulesBytes: the letters of a source topic's
+// records on one dead-letter topic name every rule of that source with
+// that dead-letter topic, in place or repartitioned (a repartition topic's
+// letters name its one rule). The processor refuses such rules at
+// start-up and `processor rules check` reports them.
+func CheckDeadLetterRules(rs []*rules.Compiled) error {
+	type pair struct{ topic, dlq string }
+	seen := map[pair]bool{}
+	for _, r := range rs {
+		k := pair{r.Rule.Source, r.Rule.Outputs.DLQ}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if n := len(pipeline.DeadLetterRules(rs, k.topic, k.dlq)); n > pipeline.MaxDeadLetterRulesBytes {
+			return fmt.Errorf("the rules reading %s with dead-letter topic %s need a %s header of %d bytes on each dead letter, more than %d: use shorter rule ids, or fewer rules per source topic and dead-letter topic",
+				k.topic, k.dlq, pipeline.HeaderDeadLetterRules, n, pipeline.MaxDeadLetterRulesBytes)
 		}
 	}
 	return nil
