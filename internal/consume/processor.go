@@ -1578,11 +1578,14 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				return p.fail(err)
 			}
 			scratch[t] = old
-			if has && p.cfg.Mode == config.AtLeastOnce {
+			if has {
 				// Records past the committed position are of batches
-				// whose offsets were never committed (flushed, then
-				// aborted): the first commit writes their keys'
-				// committed values again (rulePart.rewrite).
+				// whose offsets were never committed (at_least_once
+				// flushed them, then aborted; also under a mode that
+				// was at_least_once before a restart): the first commit
+				// writes their keys' committed values again
+				// (rulePart.rewrite). Under exactly_once alone, aborted
+				// transactions' records are not read, and none is left.
 				end, err := t.restore.end(ctx, k.id)
 				if err != nil {
 					return p.fail(err)
