@@ -322,6 +322,9 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 			slices.SortFunc(rp.rewrite, bytes.Compare)
 			rp.rewrite = slices.CompactFunc(rp.rewrite, bytes.Equal)
 		}
+		// (Partitions are encoded in parallel and read one local store
+		// per rule: Pebble's Get is safe from several goroutines, and
+		// nothing writes the store before the batch commits.)
 		for _, k := range rp.rewrite { // first: tombstones and entries below win
 			v, err := rp.store().Get(pt.id, k)
 			if err != nil {
