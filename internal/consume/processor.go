@@ -320,8 +320,9 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 		return fmt.Errorf("consume: %w", err)
 	}
 	// The dlq.rules value of each source's letters on each of its
-	// dead-letter topics, bounded (pipeline.MaxDeadLetterRulesBytes) so
-	// that a letter always fits the producer's records.
+	// dead-letter topics (bounded by CheckDeadLetterRules above, so that a
+	// letter always fits the producer's records; a repartition topic's
+	// names one rule).
 	for _, topic := range p.topics {
 		s := p.sources[topic]
 		s.dlqRules = make([][]byte, len(s.dlqs))
@@ -330,10 +331,6 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 				s.dlqRules[i] = pipeline.EncodeDeadLetterRules([]pipeline.RuleVersion{{ID: s.tasks[0].rule.Rule.ID, Version: s.tasks[0].rule.Rule.Version}})
 			} else {
 				s.dlqRules[i] = pipeline.DeadLetterRules(rs, topic, dlq)
-			}
-			if n := len(s.dlqRules[i]); n > pipeline.MaxDeadLetterRulesBytes {
-				return fmt.Errorf("consume: the rules reading %s with dead-letter topic %s need a %s header of %d bytes on each dead letter, more than %d: use shorter rule ids, or fewer rules per source topic and dead-letter topic",
-					topic, dlq, pipeline.HeaderDeadLetterRules, n, pipeline.MaxDeadLetterRulesBytes)
 			}
 		}
 	}
