@@ -97,16 +97,7 @@ func TestRulesCheckRefusesTooMuchCommitMetadata(t *testing.T) {
 	for i := range 30 {
 		fmt.Fprintf(&b, "  - id: %s-%02d\n    version: 1\n    source: in\n    filter: value >= 7.1\n    window: {type: sliding, size: 2m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d}\n", strings.Repeat("r", 150), i, i)
 	}
-	rf := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rf, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd := rulesCmd()
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"check", rf})
-	err := cmd.Execute()
+	err := rulesCheckFile(t, b.String())
 	if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "offset.metadata.max.bytes") || !strings.Contains(err.Error(), "reading in (") {
 		t.Fatalf("rules check: %v, want a usage error naming the commit metadata bound and the topic", err)
 	}
@@ -123,8 +114,18 @@ func TestRulesCheckRefusesTooLargeDeadLetterRules(t *testing.T) {
 		fmt.Fprintf(&b, "  - id: %s-%03d\n    version: 1\n    description: events\n    source: in\n    key: sensor_id\n    window: {type: tumbling, size: 1m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d, dlq: shared.dlq}\n",
 			strings.Repeat("r", 196), i, i)
 	}
+	err := rulesCheckFile(t, b.String())
+	if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "dlq.rules") || !strings.Contains(err.Error(), "shared.dlq") {
+		t.Fatalf("rules check: %v, want a usage error naming the dlq.rules bound and the dead-letter topic", err)
+	}
+}
+
+// rulesCheckFile runs `rules check` on a rules file of content y and
+// returns its error.
+func rulesCheckFile(t *testing.T, y string) error {
+	t.Helper()
 	rf := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rf, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(rf, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -132,8 +133,5 @@ func TestRulesCheckRefusesTooLargeDeadLetterRules(t *testing.T) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetArgs([]string{"check", rf})
-	err := cmd.Execute()
-	if _, usage := err.(usageError); !usage || !strings.Contains(err.Error(), "dlq.rules") || !strings.Contains(err.Error(), "shared.dlq") {
-		t.Fatalf("rules check: %v, want a usage error naming the dlq.rules bound and the dead-letter topic", err)
-	}
+	return cmd.Execute()
 }

@@ -590,17 +590,7 @@ func TestTooManyRulesForCommitMetadataRefused(t *testing.T) {
 	for i := range 30 {
 		fmt.Fprintf(&b, "  - id: %s-%02d\n    version: 1\n    source: vibration.events\n    filter: value >= 7.1\n    window: {type: sliding, size: 2m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d}\n", strings.Repeat("r", 150), i, i)
 	}
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.RulesFile, cfg.StateDir = path, t.TempDir()
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = New(cfg, Options{Metrics: met})
+	err := newWithRules(t, b.String())
 	if err == nil || !strings.Contains(err.Error(), "offset.metadata.max.bytes") || !strings.Contains(err.Error(), "vibration.events") {
 		t.Fatalf("New: %v, want the commit metadata refusal", err)
 	}
@@ -620,18 +610,7 @@ func TestTooManyRulesForDeadLetterHeaderRefused(t *testing.T) {
 			fmt.Fprintf(&b, "  - id: %s-%03d\n    version: 1\n    description: events\n    source: vibration.events\n    key: sensor_id\n    window: {type: tumbling, size: 1m}\n    threshold: count >= 3\n    outputs: {alerts: out-%02d, dlq: %s}\n",
 				strings.Repeat("r", 196), i, i, dlq(i))
 		}
-		path := filepath.Join(t.TempDir(), "rules.yaml")
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg := config.Default()
-		cfg.RulesFile, cfg.StateDir = path, t.TempDir()
-		met, err := metrics.New(prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = New(cfg, Options{Metrics: met})
-		return err
+		return newWithRules(t, b.String())
 	}
 	err := newWith(func(int) string { return "shared.dlq" })
 	if err == nil || !strings.Contains(err.Error(), pipeline.HeaderDeadLetterRules) || !strings.Contains(err.Error(), "vibration.events") ||
@@ -641,4 +620,22 @@ func TestTooManyRulesForDeadLetterHeaderRefused(t *testing.T) {
 	if err := newWith(func(i int) string { return fmt.Sprintf("dlq-%d", i%2) }); err != nil {
 		t.Fatalf("New with two dead-letter topics: %v", err)
 	}
+}
+
+// newWithRules returns the error of New for a configuration whose rules
+// file holds y.
+func newWithRules(t *testing.T, y string) error {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.RulesFile, cfg.StateDir = path, t.TempDir()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cfg, Options{Metrics: met})
+	return err
 }
