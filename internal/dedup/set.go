@@ -41,8 +41,9 @@ type Set struct {
 
 // store holds the ids of the views that share it.
 type store struct {
-	h  int64 // dedup horizon H, ms, >= 0; the same for every view
-	wm int64 // the smallest W of the views: what has expired for all
+	h     int64 // dedup horizon H, ms, >= 0; the same for every view
+	wm    int64 // the smallest W of the views: what has expired for all
+	nSlow int   // how many views have W = wm
 
 	keys map[string]*keyState // only keys with at least one entry
 	due  dueQueue             // lazy expiry deadlines of keys, by wm
@@ -73,12 +74,16 @@ type store struct {
 	cur  curPair
 }
 
-// curPair is the (key, event_id) of the latest Seen, its key state and
-// pairHash. Invalidated when the key state is deleted.
+// curPair is the (key, event_id) of the latest Seen that remembered it,
+// its key state and pairHash, and i, the index in ks.byTS of the entry
+// it remembered (a hint: later inserts and removals move entries, so a
+// user compares the entry with the pair). Invalidated when the key state
+// is deleted.
 type curPair struct {
 	key, id string
 	ks      *keyState
 	h       uint64
+	i       int
 }
 
 // lastFirst is a cached first(): ok and ts for (ks, id). Invalidated when
@@ -168,6 +173,12 @@ func (st *store) newView() *Set {
 		v.dirtyB = map[BucketRef]struct{}{}
 	}
 	st.views = append(st.views, v)
+	st.nSlow = 0
+	for _, u := range st.views {
+		if u.wm == NoWatermark {
+			st.nSlow++
+		}
+	}
 	return v
 }
 
@@ -192,6 +203,9 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 	var ks *keyState
 	var h uint64
 	if c := &st.cur; c.ks != nil && c.key == key && c.id == eventID {
+		if dup, ok := s.seenAgain(c, ts, thr); ok {
+			return dup
+		}
 		ks, h = c.ks, c.h
 	} else if ks = st.keys[key]; ks != nil {
 		h = st.pairHash(ks, eventID)
@@ -220,8 +234,8 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		st.keys[key] = ks
 		h = st.pairHash(ks, eventID)
 	}
-	st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
-	st.cur = curPair{key: key, id: eventID, ks: ks, h: h}
+	i := st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
+	st.cur = curPair{key: key, id: eventID, ks: ks, h: h, i: i}
 	s.nIDs++
 	s.markDirty(ks)
 	s.markBucket(ks, ts)
@@ -229,20 +243,65 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 	return false
 }
 
+// seenAgain is Seen for the pair of the latest Seen, c, in its most
+// common case: the other views of one record, asking one after the other.
+// When the store holds a single entry of the pair (no pair has more than
+// one while st.more is empty) and c still locates it, that entry alone
+// decides: this view remembers it or not, at ts or not. ok is false when
+// Seen must take its general path (the pair has several entries, the entry
+// moved or is gone, or it expired for this view, which forgets it there).
+// No deadline changes: the key already holds an entry at ts.
+func (s *Set) seenAgain(c *curPair, ts, thr int64) (dup, ok bool) {
+	ks := c.ks
+	if c.i < ks.head || c.i >= len(ks.byTS) || len(s.st.more) > 0 {
+		return false, false
+	}
+	e := &ks.byTS[c.i]
+	if e.ts != ts || e.id != c.id {
+		return false, false
+	}
+	switch {
+	case e.mask&s.bit != 0:
+		// A redelivery with the same ts, unless it expired for this view.
+		return true, ts >= thr
+	case ts < thr:
+		return false, true // expired already: not remembered (as in Seen)
+	}
+	e.mask |= s.bit
+	s.nIDs++
+	s.markDirty(ks)
+	s.markBucket(ks, ts)
+	return false, true
+}
+
 // Advance moves the watermark to w if that is later (W never decreases)
 // and forgets every id with ts < W - H, deleting keys left with none. The
-// keys it changes are marked dirty. It costs O(1) when nothing expires
-// (and O(views) when the store shares views).
+// keys it changes are marked dirty. It costs O(1) when nothing expires,
+// plus O(views) when it moves the last of the slowest views of a shared
+// store: views that advance together cost O(views) per record in all.
 func (s *Set) Advance(w int64) {
 	if w <= s.wm {
 		return
 	}
-	s.wm = w
 	st := s.st
-	low := w
-	for _, v := range st.views {
-		low = min(low, v.wm)
+	slowest := s.wm == st.wm
+	s.wm = w
+	if !slowest {
+		return // the store's W is a slower view's
 	}
+	if st.nSlow--; st.nSlow > 0 {
+		return // another view is still at the store's W
+	}
+	low, n := w, 0
+	for _, v := range st.views {
+		switch {
+		case v.wm < low:
+			low, n = v.wm, 1
+		case v.wm == low:
+			n++
+		}
+	}
+	st.nSlow = n
 	st.advance(low)
 }
 
@@ -320,22 +379,24 @@ func (st *store) remembered(ks *keyState, id string, h uint64, mask uint64) int 
 }
 
 // remember adds e.mask's views to the entry (e.ts, e.id) of ks, creating
-// it when there is none. None of them remembers e.id yet. h is
-// pairHash(ks, e.id).
-func (st *store) remember(ks *keyState, e entry, h uint64) {
+// it when there is none, and returns its index in ks.byTS. None of them
+// remembers e.id yet. h is pairHash(ks, e.id).
+func (st *store) remember(ks *keyState, e entry, h uint64) int {
 	ts, ok := st.first(ks, e.id, h)
 	switch {
 	case !ok:
 		st.index(ks, e, h)
 	case ts == e.ts:
-		ks.byTS[ks.find(ts, e.id)].mask |= e.mask
-		return
+		i := ks.find(ts, e.id)
+		ks.byTS[i].mask |= e.mask
+		return i
 	default:
 		p := pair{ks.key, e.id}
 		for _, t := range st.more[p] {
 			if t == e.ts {
-				ks.byTS[ks.find(t, e.id)].mask |= e.mask
-				return
+				i := ks.find(t, e.id)
+				ks.byTS[i].mask |= e.mask
+				return i
 			}
 		}
 		if st.more == nil {
@@ -343,7 +404,7 @@ func (st *store) remember(ks *keyState, e entry, h uint64) {
 		}
 		st.more[p] = append(st.more[p], e.ts)
 	}
-	ks.insert(e)
+	return ks.insert(e)
 }
 
 // index makes e, the first entry of its pair, findable.
@@ -556,12 +617,12 @@ func (ks *keyState) find(ts int64, id string) int {
 	return ks.head + i
 }
 
-// insert adds e (not yet in byTS) in (ts, id) order. In-order arrivals
-// append. When the slice is full, its expired front is reused if it is at
+// insert adds e (not yet in byTS) in (ts, id) order and returns its
+// index. In-order arrivals append. When the slice is full, its expired front is reused if it is at
 // least half the live entries (a copy of the live ones per at least live/2
 // inserts), else the slice is reallocated at twice the live entries; so a
 // key whose entry count varies by less than a third allocates nothing.
-func (ks *keyState) insert(e entry) {
+func (ks *keyState) insert(e entry) int {
 	if n := len(ks.byTS); n == cap(ks.byTS) && ks.head > 0 {
 		live := n - ks.head
 		if 2*ks.head >= live {
@@ -575,13 +636,16 @@ func (ks *keyState) insert(e entry) {
 		}
 		ks.head = 0
 	}
-	if n := len(ks.byTS); n == ks.head || cmpEntry(ks.byTS[n-1], e) < 0 {
+	i := len(ks.byTS)
+	if i == ks.head || cmpEntry(ks.byTS[i-1], e) < 0 {
 		ks.byTS = append(ks.byTS, e)
 	} else {
-		i, _ := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry)
-		ks.byTS = slices.Insert(ks.byTS, ks.head+i, e)
+		k, _ := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry)
+		i = ks.head + k
+		ks.byTS = slices.Insert(ks.byTS, i, e)
 	}
 	ks.peak = max(ks.peak, ks.live())
+	return i
 }
 
 // removeAt deletes byTS[i] (already unindexed).
