@@ -85,7 +85,7 @@ func (ks *keyState) panesIn(lo, hi int64) []*pane {
 func (p *Partition) addToPane(ks *keyState, e *Evidence) {
 	pn := ks.paneAt(floorDiv(e.TS, p.paneMs) * p.paneMs)
 	pn.agg.add(p.cfg.Fn, e.Value)
-	pn.evidence = addEvidence(pn.evidence, *e, p.cfg.EvidenceLimit, p.order)
+	pn.evidence = addEvidence(pn.evidence, e, p.cfg.EvidenceLimit, p.order)
 	p.markPaneDirty(pn)
 }
 
@@ -99,7 +99,7 @@ func (p *Partition) windowEvidence(wn *win) []Evidence {
 	var out []Evidence
 	for _, pn := range wn.ks.panesIn(wn.start, wn.start+p.cfg.SizeMs) {
 		ev := pn.evidence
-		if len(ev) == 0 || (len(out) == limit && p.order(&out[limit-1], &ev[0]) <= 0) {
+		if len(ev) == 0 || (len(out) == limit && p.order.cmp(&out[limit-1], &ev[0]) <= 0) {
 			continue
 		}
 		out = mergeEvidence(out, ev, limit, p.order)

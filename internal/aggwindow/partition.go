@@ -12,9 +12,9 @@ import (
 // safe for concurrent use.
 type Partition struct {
 	cfg    Config
-	adv    int64                    // hop of fixed windows
-	paneMs int64                    // pane length of fixed windows (panes.go)
-	order  func(a, b *Evidence) int // evidence order of cfg.Fn
+	adv    int64   // hop of fixed windows
+	paneMs int64   // pane length of fixed windows (panes.go)
+	order  evOrder // evidence order of cfg.Fn
 
 	wm   int64
 	keys map[string]*keyState
@@ -227,7 +227,7 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 	if i1 == i0 {
 		wn := &win{ks: ks, start: t, last: t}
 		wn.agg.add(fn, e.Value)
-		wn.evidence = addEvidence(wn.evidence, *e, p.cfg.EvidenceLimit, p.order)
+		wn.evidence = addEvidence(wn.evidence, e, p.cfg.EvidenceLimit, p.order)
 		ks.wins = slices.Insert(ks.wins, i0, wn)
 		p.nWindows++
 		p.queue(wn)
@@ -260,7 +260,7 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 		}
 	}
 	sv.agg.add(fn, e.Value)
-	sv.evidence = addEvidence(sv.evidence, *e, p.cfg.EvidenceLimit, p.order)
+	sv.evidence = addEvidence(sv.evidence, e, p.cfg.EvidenceLimit, p.order)
 	sv.start = min(sv.start, t)
 	sv.last = max(sv.last, t)
 	if len(group) > 1 {
