@@ -78,7 +78,9 @@ func sumPartials(ps []float64) float64 {
 	return hi
 }
 
-// aggState is a window's aggregate.
+// aggState is a window's aggregate. Min and Max use the builtin min and
+// max, which treat -0 as below +0 like math.Min and math.Max (the values
+// are finite) and compile to a few instructions instead of a call.
 type aggState struct {
 	count    int
 	partials []float64 // Sum, Avg: the scaled partials
@@ -93,13 +95,13 @@ func (a *aggState) add(fn Fn, v float64) {
 		if a.count == 0 {
 			a.ext = v
 		} else {
-			a.ext = math.Min(a.ext, v)
+			a.ext = min(a.ext, v)
 		}
 	case Max:
 		if a.count == 0 {
 			a.ext = v
 		} else {
-			a.ext = math.Max(a.ext, v)
+			a.ext = max(a.ext, v)
 		}
 	}
 	a.count++
@@ -117,9 +119,9 @@ func (a *aggState) merge(fn Fn, b *aggState) {
 			a.partials = addPartial(a.partials, p)
 		}
 	case Min:
-		a.ext = math.Min(a.ext, b.ext)
+		a.ext = min(a.ext, b.ext)
 	case Max:
-		a.ext = math.Max(a.ext, b.ext)
+		a.ext = max(a.ext, b.ext)
 	}
 	a.count += b.count
 }

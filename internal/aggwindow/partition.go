@@ -43,21 +43,22 @@ type keyState struct {
 	dirty bool // listed in Partition.dirtyKeys
 }
 
-// win is one live window (or session).
+// win is one live window (or session). The fields an event reads come
+// first, in the first 64 bytes of a 128-byte object (Go aligns the objects
+// of that size class to 128 bytes): one cache line per window and event.
 type win struct {
-	ks       *keyState
-	start    int64
-	last     int64 // sessions: ts of the latest event; unused by fixed windows
-	agg      aggState
+	start  int64
+	agg    aggState
+	fired  bool
+	queued bool // has an entry in Partition.due ...
+	dead   bool // closed or merged away; its queue entry is stale
+	ks     *keyState
+
+	last     int64      // sessions: ts of the latest event; unused by fixed windows
 	evidence []Evidence // sessions only (fixed windows build theirs from their panes): sorted by the evidence order, at most EvidenceLimit
-
-	fired   bool
-	alertID string // when fired
-	rev     int    // when fired: the last emitted revision
-
-	queued bool  // has an entry in Partition.due ...
-	qAt    int64 // ... at this end (<= the window's end)
-	dead   bool  // closed or merged away; its queue entry is stale
+	alertID  string     // when fired
+	rev      int        // when fired: the last emitted revision
+	qAt      int64      // ... at this end (<= the window's end), when queued
 }
 
 // NewPartition returns an empty partition (watermark NoWatermark) for cfg.
@@ -180,7 +181,7 @@ func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []
 	var revs []Revision
 	size := p.cfg.SizeMs
 	kLo, kHi := floorDiv(e.TS-size, p.adv)+1, floorDiv(e.TS, p.adv)
-	i, _ := slices.BinarySearchFunc(ks.wins, kLo*p.adv, cmpWinStart)
+	i := firstWinFrom(ks.wins, kLo*p.adv, int(kHi-kLo+1))
 	for k := kLo; k <= kHi; k++ {
 		start := k * p.adv
 		var wn *win
@@ -203,6 +204,26 @@ func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []
 		revs = p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
 	}
 	return revs
+}
+
+// firstWinFrom returns the index of the first of wins (fixed windows,
+// sorted by start) that starts at or after lo, the first of the nw
+// windows that hold an event. The windows of an event in order are the
+// newest ones (all nw of them, or all but the newest, which it starts):
+// checking there first avoids a binary search through windows it would
+// not touch otherwise.
+func firstWinFrom(wins []*win, lo int64, nw int) int {
+	n := len(wins)
+	switch i := n - nw; {
+	case i >= 0 && wins[i].start == lo:
+		return i
+	case i+1 >= 0 && i+1 < n && wins[i+1].start == lo:
+		return i + 1
+	case n == 0 || wins[n-1].start < lo:
+		return n
+	}
+	i, _ := slices.BinarySearchFunc(wins, lo, cmpWinStart)
+	return i
 }
 
 // applySession adds e to the session(s) whose interval [start, last+gap)
