@@ -218,6 +218,30 @@ func (o evOrder) cmp(a, b *Evidence) int {
 	return cmpRest(a, b)
 }
 
+// key returns the leading key of e in the order o: its ts for byTime, the
+// bits of its value otherwise (pane.cut).
+func (o evOrder) key(e *Evidence) int64 {
+	if o == byTime {
+		return e.TS
+	}
+	return int64(math.Float64bits(e.Value))
+}
+
+// beyond reports whether e comes after every event whose leading key is k
+// (o.key): when it does, it comes after the last of a full evidence list
+// with that key, and cannot enter it. It is false on a tie, which the
+// other fields decide (-0 and +0 tie here: the full comparison orders
+// them).
+func (o evOrder) beyond(k int64, e *Evidence) bool {
+	switch o {
+	case byValueAsc:
+		return e.Value > math.Float64frombits(uint64(k))
+	case byValueDesc:
+		return e.Value < math.Float64frombits(uint64(k))
+	}
+	return e.TS > k
+}
+
 // addEvidence inserts *e into the sorted evidence ev, keeping at most
 // limit. An event that comes after the last of limit kept ones (most of a
 // busy pane's) costs one comparison and touches nothing else.

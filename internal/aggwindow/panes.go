@@ -37,13 +37,23 @@ type PaneRef struct {
 	Start int64
 }
 
-// pane is one non-empty pane of a key.
+// pane is one non-empty pane of a key. The fields an event reads come
+// first, in the first 64 bytes of a 128-byte object (64-byte aligned, as
+// the objects of that size class are): one cache line per pane and event.
 type pane struct {
-	ks       *keyState
-	start    int64
-	agg      aggState
+	start int64
+	agg   aggState
+	// full says that the evidence holds EvidenceLimit events, and cut is
+	// the evidence order's leading key of the last of them (evOrder.key):
+	// an event beyond it cannot enter, which addToPane sees without
+	// reading the evidence.
+	cut   int64
+	full  bool
+	dirty bool // listed in Partition.dirtyPanes
+
 	evidence []Evidence // sorted by the evidence order, at most EvidenceLimit
-	dirty    bool       // listed in Partition.dirtyPanes
+	ks       *keyState
+	_        [32]byte // to 128 bytes
 }
 
 func cmpWinStart(x *win, s int64) int   { return cmp.Compare(x.start, s) }
@@ -59,15 +69,19 @@ func cmpPaneRef(a, b PaneRef) int {
 // paneAt returns the key's pane starting at start, inserting an empty one
 // when there is none.
 func (ks *keyState) paneAt(start int64) *pane {
+	if pn := ks.hot; pn != nil && pn.start == start {
+		return pn // in-order events hit the pane of the previous one
+	}
+	var pn *pane
 	if n := len(ks.panes); n > 0 && ks.panes[n-1].start == start {
-		return ks.panes[n-1] // in-order events hit the newest pane
+		pn = ks.panes[n-1]
+	} else if i, ok := slices.BinarySearchFunc(ks.panes, start, cmpPaneStart); ok {
+		pn = ks.panes[i]
+	} else {
+		pn = &pane{ks: ks, start: start}
+		ks.panes = slices.Insert(ks.panes, i, pn)
 	}
-	i, ok := slices.BinarySearchFunc(ks.panes, start, cmpPaneStart)
-	if ok {
-		return ks.panes[i]
-	}
-	pn := &pane{ks: ks, start: start}
-	ks.panes = slices.Insert(ks.panes, i, pn)
+	ks.hot = pn
 	return pn
 }
 
@@ -85,7 +99,12 @@ func (ks *keyState) panesIn(lo, hi int64) []*pane {
 func (p *Partition) addToPane(ks *keyState, e *Evidence) {
 	pn := ks.paneAt(floorDiv(e.TS, p.paneMs) * p.paneMs)
 	pn.agg.add(p.cfg.Fn, e.Value)
-	pn.evidence = addEvidence(pn.evidence, e, p.cfg.EvidenceLimit, p.order)
+	if limit := p.cfg.EvidenceLimit; limit > 0 && !(pn.full && p.order.beyond(pn.cut, e)) {
+		pn.evidence = addEvidence(pn.evidence, e, limit, p.order)
+		if pn.full = len(pn.evidence) == limit; pn.full {
+			pn.cut = p.order.key(&pn.evidence[limit-1])
+		}
+	}
 	p.markPaneDirty(pn)
 }
 
@@ -120,6 +139,9 @@ func (p *Partition) dropPanes(ks *keyState, end int64, mark bool) {
 	}
 	if n > 0 {
 		ks.panes = slices.Delete(ks.panes, 0, n)
+		if ks.hot != nil && ks.hot.start < end {
+			ks.hot = nil
+		}
 	}
 }
 
@@ -210,6 +232,7 @@ func (p *Partition) installPane(key string, pn *pane) {
 	i, replace := slices.BinarySearchFunc(ks.panes, pn.start, cmpPaneStart)
 	if replace {
 		ks.panes[i] = pn
+		ks.hot = nil
 	} else {
 		ks.panes = slices.Insert(ks.panes, i, pn)
 	}

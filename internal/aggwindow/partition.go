@@ -32,6 +32,13 @@ type Partition struct {
 
 // keyState is the state of one key.
 type keyState struct {
+	// hot is the pane of the key's latest event and one its window, when it
+	// has a single one (tumbling): where the next event most likely goes,
+	// without reading panes and wins. Caches: hot is nil when panes
+	// changed otherwise, one may be dead or another window.
+	hot *pane
+	one *win
+
 	key string
 	// wins are the key's live windows sorted by start. Fixed windows have
 	// distinct starts aligned to the hop; sessions are disjoint with
@@ -178,32 +185,49 @@ func (p *Partition) apply(ev *Event, w int64) []Revision {
 // W - L >= end, and e has ts >= W - L and ts < end.
 func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []Revision {
 	p.addToPane(ks, e)
+	kLo, kHi := floorDiv(e.TS-p.cfg.SizeMs, p.adv)+1, floorDiv(e.TS, p.adv)
+	if kLo == kHi {
+		// One window per event (tumbling), most often the key's latest.
+		start := kLo * p.adv
+		wn := ks.one
+		if wn == nil || wn.dead || wn.start != start {
+			wn = p.winAt(ks, firstWinFrom(ks.wins, start, 1), start)
+			ks.one = wn
+		}
+		return p.addToWin(wn, e, late, w, nil)
+	}
 	var revs []Revision
-	size := p.cfg.SizeMs
-	kLo, kHi := floorDiv(e.TS-size, p.adv)+1, floorDiv(e.TS, p.adv)
 	i := firstWinFrom(ks.wins, kLo*p.adv, int(kHi-kLo+1))
 	for k := kLo; k <= kHi; k++ {
-		start := k * p.adv
-		var wn *win
-		if i < len(ks.wins) && ks.wins[i].start == start {
-			wn = ks.wins[i]
-		} else {
-			wn = &win{ks: ks, start: start}
-			ks.wins = slices.Insert(ks.wins, i, wn)
-			p.nWindows++
-			p.queue(wn)
-		}
+		revs = p.addToWin(p.winAt(ks, i, k*p.adv), e, late, w, revs)
 		i++
-		had := wn.agg.count > 0
-		var before float64
-		if had {
-			before = wn.agg.value(p.cfg.Fn)
-		}
-		wn.agg.add(p.cfg.Fn, e.Value)
-		after := wn.agg.value(p.cfg.Fn)
-		revs = p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
 	}
 	return revs
+}
+
+// winAt returns ks.wins[i] if it starts at start, else a new window
+// starting at start, inserted at i (i is where it belongs).
+func (p *Partition) winAt(ks *keyState, i int, start int64) *win {
+	if i < len(ks.wins) && ks.wins[i].start == start {
+		return ks.wins[i]
+	}
+	wn := &win{ks: ks, start: start}
+	ks.wins = slices.Insert(ks.wins, i, wn)
+	p.nWindows++
+	p.queue(wn)
+	return wn
+}
+
+// addToWin adds e to the aggregate of the fixed window wn and judges it.
+func (p *Partition) addToWin(wn *win, e *Evidence, late bool, w int64, revs []Revision) []Revision {
+	had := wn.agg.count > 0
+	var before float64
+	if had {
+		before = wn.agg.value(p.cfg.Fn)
+	}
+	wn.agg.add(p.cfg.Fn, e.Value)
+	after := wn.agg.value(p.cfg.Fn)
+	return p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
 }
 
 // firstWinFrom returns the index of the first of wins (fixed windows,
