@@ -219,15 +219,19 @@ func (p *Partition) winAt(ks *keyState, i int, start int64) *win {
 }
 
 // addToWin adds e to the aggregate of the fixed window wn and judges it.
+// judge reads whether the aggregate changed only for a fired window or a
+// predicate that ignores the count: otherwise the value before the event
+// is not computed (an average's exact sum, at every event of a window
+// that has not fired), and changed is true.
 func (p *Partition) addToWin(wn *win, e *Evidence, late bool, w int64, revs []Revision) []Revision {
-	had := wn.agg.count > 0
+	track := wn.agg.count > 0 && (wn.fired || p.cfg.FiresIgnoresCount)
 	var before float64
-	if had {
+	if track {
 		before = wn.agg.value(p.cfg.Fn)
 	}
 	wn.agg.add(p.cfg.Fn, e.Value)
 	after := wn.agg.value(p.cfg.Fn)
-	return p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
+	return p.judge(wn, after, !track || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
 }
 
 // firstWinFrom returns the index of the first of wins (fixed windows,
