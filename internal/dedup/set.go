@@ -66,6 +66,8 @@ type store struct {
 
 	views    []*Set
 	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
+	markTS   int64 // markBucket's latest ts ...
+	markB    int64 // ... and its bucket
 
 	// last caches the latest first() answer, and cur the key state and
 	// hash of the latest Seen: the views of one record ask for the same
@@ -239,7 +241,11 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 	s.nIDs++
 	s.markDirty(ks)
 	s.markBucket(ks, ts)
-	st.reschedule(ks)
+	if i == ks.head {
+		// The key's oldest entry, so its deadline, changed (a key whose
+		// oldest entry stays is queued no later than its deadline).
+		st.reschedule(ks)
+	}
 	return false
 }
 
