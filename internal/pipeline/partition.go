@@ -497,7 +497,7 @@ func (w *Partition) LoadExtra(data []byte) error {
 
 // applyAgg runs steps 2 to 7 of an aggregating rule: filter, deduplicate,
 // lateness, apply, watermark, close.
-func (w *Partition) applyAgg(key string, ev *event.Event, in Input, qualifies bool) (window.Outcome, int64, int64, []aggwindow.Revision) {
+func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies bool) (window.Outcome, int64, int64, []aggwindow.Revision) {
 	e := aggwindow.Event{
 		Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
 		Partition: in.Partition, Offset: in.Offset,

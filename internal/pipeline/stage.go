@@ -256,7 +256,7 @@ func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Inp
 		}, qualifies)
 		outcome, watermark, latenessMs, slideRevs = res.Outcome, res.Watermark, res.LatenessMs, res.Revisions
 	} else {
-		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, in, qualifies)
+		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, &in, qualifies)
 	}
 	if w.tr != nil {
 		// The tracker sees the record after the window did (package
