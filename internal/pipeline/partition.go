@@ -29,14 +29,15 @@ import (
 // "d" + 8-byte bucket + key (package dedup's bucketed encoding, see
 // dedupName).
 type Partition struct {
+	// What every record reads comes first (one cache line).
 	filter *rules.Filter
-	env    rules.Event
+	slide  *window.Partition
+	agg    *aggwindow.Partition
+	dd     *dedup.Set
+	tr     *watermark.Tracker // of an adaptive watermark (see atRisk)
 
-	slide *window.Partition
-
-	agg  *aggwindow.Partition
-	dd   *dedup.Set
 	thr  *rules.Threshold
+	env  rules.Event
 	keys []string // scratch for Dirty
 
 	// Of a repartitioned rule: what it knows of each source partition and
@@ -45,9 +46,8 @@ type Partition struct {
 	srcN       int
 	extraDirty bool
 
-	// Of an adaptive watermark: the tracker of observed delays, and the
-	// events it found at risk since the last TakeAtRisk.
-	tr     *watermark.Tracker
+	// Of an adaptive watermark: with the tracker of observed delays (tr),
+	// the events it found at risk since the last TakeAtRisk.
 	atRisk int
 
 	// Of a rule with a cooldown: per key, until when no new alert may open
