@@ -2,6 +2,7 @@ package aggwindow
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -18,7 +19,10 @@ import (
 // merge of its panes' aggregates in any order. So an event updates the
 // evidence of one pane, not of every window that holds it; a window keeps
 // only its aggregate (maintained per event, for judging) and builds its
-// evidence from its panes when it emits a revision. Panes are also what is
+// evidence from its panes when it emits a revision. (A min or max under a
+// predicate on the aggregate alone goes further: an event that leaves its
+// pane's extreme leaves every window's, and skips them; see
+// Partition.extOnly.) Panes are also what is
 // persisted (EncodePane): a commit rewrites the panes that changed, not
 // every window of the key.
 //
@@ -95,9 +99,13 @@ func (ks *keyState) panesIn(lo, hi int64) []*pane {
 	return ks.panes[i:j]
 }
 
-// addToPane adds e to the aggregate and evidence of its pane.
-func (p *Partition) addToPane(ks *keyState, e *Evidence) {
+// addToPane adds e to the aggregate and evidence of its pane. It reports
+// whether the windows containing the pane skip e: under extOnly, when the
+// pane had events (so every window containing it exists) and its extreme
+// did not change.
+func (p *Partition) addToPane(ks *keyState, e *Evidence) (skip bool) {
 	pn := ks.paneAt(floorDiv(e.TS, p.paneMs) * p.paneMs)
+	had, ext := pn.agg.count > 0, pn.agg.ext
 	pn.agg.add(p.cfg.Fn, e.Value)
 	if limit := p.cfg.EvidenceLimit; limit > 0 && !(pn.full && p.order.beyond(pn.cut, e)) {
 		pn.evidence = addEvidence(pn.evidence, e, limit, p.order)
@@ -106,6 +114,7 @@ func (p *Partition) addToPane(ks *keyState, e *Evidence) {
 		}
 	}
 	p.markPaneDirty(pn)
+	return p.extOnly && had && math.Float64bits(ext) == math.Float64bits(pn.agg.ext)
 }
 
 // windowEvidence returns a fresh copy of the evidence of fixed window wn:

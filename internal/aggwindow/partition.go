@@ -15,6 +15,14 @@ type Partition struct {
 	adv    int64   // hop of fixed windows
 	paneMs int64   // pane length of fixed windows (panes.go)
 	order  evOrder // evidence order of cfg.Fn
+	// extOnly: min or max of fixed windows under a predicate that ignores
+	// the count. All that judge reads of a window is then its extreme, the
+	// extreme of its panes' extremes, which an event changes only if it
+	// changes its pane's: applyFixed skips the windows of the other events
+	// (most, in a busy pane), and a window's count is the sum of its
+	// panes' (count) rather than its aggregate's, which counts only the
+	// events that did not skip it (> 0 all the same).
+	extOnly bool
 
 	wm   int64
 	keys map[string]*keyState
@@ -78,6 +86,7 @@ func NewPartition(cfg Config) (*Partition, error) {
 		adv:     cfg.advance(),
 		paneMs:  cfg.paneMs(),
 		order:   evidenceOrder(cfg.Fn),
+		extOnly: cfg.Kind != Session && (cfg.Fn == Min || cfg.Fn == Max) && cfg.FiresIgnoresCount,
 		wm:      NoWatermark,
 		delayMs: cfg.DelayMs,
 		keys:    make(map[string]*keyState),
@@ -184,7 +193,9 @@ func (p *Partition) apply(ev *Event, w int64) []Revision {
 // each in order of start. All of them are live: a window closes at
 // W - L >= end, and e has ts >= W - L and ts < end.
 func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []Revision {
-	p.addToPane(ks, e)
+	if p.addToPane(ks, e) {
+		return nil // no window changes (extOnly)
+	}
 	kLo, kHi := floorDiv(e.TS-p.cfg.SizeMs, p.adv)+1, floorDiv(e.TS, p.adv)
 	if kLo == kHi {
 		// One window per event (tumbling), most often the key's latest.
@@ -344,7 +355,7 @@ func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, rev
 		// not change.
 		return revs
 	}
-	fires := p.cfg.Fires(agg, wn.agg.count)
+	fires := p.cfg.Fires(agg, p.count(wn))
 	switch {
 	case !wn.fired && fires:
 		wn.fired, wn.rev = true, 0
@@ -358,6 +369,24 @@ func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, rev
 		revs = append(revs, p.revision(wn, Updated, "", late, w))
 	}
 	return revs
+}
+
+// count returns the number of events of wn (see extOnly). Small enough
+// to inline: judge calls it for every window it judges.
+func (p *Partition) count(wn *win) int {
+	if p.extOnly {
+		return p.paneCount(wn)
+	}
+	return wn.agg.count
+}
+
+// paneCount is the sum of the counts of the panes of the fixed window wn.
+func (p *Partition) paneCount(wn *win) int {
+	n := 0
+	for _, pn := range wn.ks.panesIn(wn.start, wn.start+p.cfg.SizeMs) {
+		n += pn.agg.count
+	}
+	return n
 }
 
 func (p *Partition) end(wn *win) int64 {
@@ -388,7 +417,7 @@ func (p *Partition) revision(wn *win, st Status, mergedInto string, late bool, w
 		Start:      wn.start,
 		End:        p.end(wn),
 		Agg:        agg,
-		Count:      wn.agg.count,
+		Count:      p.count(wn),
 		Evidence:   ev,
 		Late:       late,
 		Watermark:  wm,
