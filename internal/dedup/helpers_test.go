@@ -121,8 +121,8 @@ func (s *Set) check() error {
 			return fmt.Errorf("view %d: nIDs %d, keys hold %d", i, v.nIDs, nIDs[i])
 		}
 	}
-	if len(st.idx)+len(st.coll) != pairs {
-		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", len(st.idx), len(st.coll), pairs)
+	if st.idx.len()+len(st.coll) != pairs {
+		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", st.idx.len(), len(st.coll), pairs)
 	}
 	n := 0
 	for _, ts := range st.more {

@@ -52,15 +52,15 @@ type store struct {
 	// 64-bit hash (pairHash) to the ts of its entry, and a hit is
 	// confirmed in the key's byTS, so a verdict never rests on a hash. A
 	// pair whose hash slot is taken by another pair lives in coll instead
-	// (rare: two of a few million 64-bit hashes). One map of integers for
-	// the whole store, rather than a map of strings per key, costs a third
-	// of the time per event and gives the garbage collector no pointers to
-	// scan. A pair that views remember with different ts (two records with
+	// (rare: two of a few million 64-bit hashes). One table of integers
+	// for the whole store (hashIndex), rather than a map of strings per
+	// key, costs a fraction of the time per event and gives the garbage
+	// collector no pointers to scan. A pair that views remember with different ts (two records with
 	// one event_id and different ts, each the first for some view) has
 	// one entry per ts: the first in idx or coll, the others' ts in more.
 	seed     maphash.Seed // per store: in-memory only, never persisted
 	hashMask uint64       // all ones; tests narrow it to force collisions
-	idx      map[uint64]int64
+	idx      hashIndex
 	coll     map[pair]int64
 	more     map[pair][]int64
 
@@ -147,7 +147,7 @@ func New(horizonMs int64) (*Set, error) {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
 	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
-		seed: maphash.MakeSeed(), hashMask: math.MaxUint64, idx: make(map[uint64]int64)}
+		seed: maphash.MakeSeed(), hashMask: math.MaxUint64}
 	return st.newView(), nil
 }
 
@@ -356,7 +356,7 @@ func (st *store) first(ks *keyState, id string, h uint64) (int64, bool) {
 		ts, ok = st.coll[pair{ks.key, id}]
 	}
 	if !ok {
-		if ts, ok = st.idx[h]; ok && ks.find(ts, id) < 0 {
+		if ts, ok = st.idx.get(h); ok && ks.find(ts, id) < 0 {
 			ts, ok = 0, false
 		}
 	}
@@ -416,8 +416,7 @@ func (st *store) remember(ks *keyState, e entry, h uint64) int {
 // index makes e, the first entry of its pair, findable.
 func (st *store) index(ks *keyState, e entry, h uint64) {
 	st.last = lastFirst{ks: ks, id: e.id, ts: e.ts, ok: true}
-	if _, taken := st.idx[h]; !taken {
-		st.idx[h] = e.ts
+	if st.idx.add(h, e.ts) {
 		return
 	}
 	if st.coll == nil {
@@ -463,7 +462,7 @@ func (st *store) dropFirst(ks *keyState, p pair) {
 			return
 		}
 	}
-	delete(st.idx, st.pairHash(ks, p.id))
+	st.idx.del(st.pairHash(ks, p.id))
 }
 
 // forget makes view v forget the entry ks.byTS[i] (which it remembers),
@@ -668,7 +667,8 @@ const shrinkMin = 64
 // shrink rebuilds byTS at its current size once at most an eighth of its
 // peak is left, so that a burst on one key does not hold memory for as
 // long as the key lives. The rebuild costs O(live) after at least 7*live
-// expiries. (The store's index is one map whose size follows the store's.)
+// expiries. (The store's index is one table that grows and shrinks with
+// the store, hashIndex.)
 func (ks *keyState) shrink() {
 	live := ks.live()
 	if ks.peak < shrinkMin || live > ks.peak/8 {
