@@ -40,10 +40,11 @@ type Partition struct {
 
 // keyState is the state of one key.
 type keyState struct {
-	// hot is the pane of the key's latest event and one its window, when it
-	// has a single one (tumbling): where the next event most likely goes,
-	// without reading panes and wins. Caches: hot is nil when panes
-	// changed otherwise, one may be dead or another window.
+	// hot is the pane of the key's latest event, and one the window of its
+	// latest event with a single window (tumbling): where the next event
+	// most likely goes, found without reading panes and wins. Caches: hot
+	// is nil after panes changed otherwise, one may be dead or another
+	// window (its start tells).
 	hot *pane
 	one *win
 
