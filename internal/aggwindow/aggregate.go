@@ -3,7 +3,6 @@ package aggwindow
 import (
 	"cmp"
 	"math"
-	"sort"
 )
 
 // Exact summation.
@@ -79,7 +78,9 @@ func sumPartials(ps []float64) float64 {
 	return hi
 }
 
-// aggState is a window's aggregate.
+// aggState is a window's aggregate. Min and Max use the builtin min and
+// max, which treat -0 as below +0 like math.Min and math.Max (the values
+// are finite) and compile to a few instructions instead of a call.
 type aggState struct {
 	count    int
 	partials []float64 // Sum, Avg: the scaled partials
@@ -94,13 +95,13 @@ func (a *aggState) add(fn Fn, v float64) {
 		if a.count == 0 {
 			a.ext = v
 		} else {
-			a.ext = math.Min(a.ext, v)
+			a.ext = min(a.ext, v)
 		}
 	case Max:
 		if a.count == 0 {
 			a.ext = v
 		} else {
-			a.ext = math.Max(a.ext, v)
+			a.ext = max(a.ext, v)
 		}
 	}
 	a.count++
@@ -118,9 +119,9 @@ func (a *aggState) merge(fn Fn, b *aggState) {
 			a.partials = addPartial(a.partials, p)
 		}
 	case Min:
-		a.ext = math.Min(a.ext, b.ext)
+		a.ext = min(a.ext, b.ext)
 	case Max:
-		a.ext = math.Max(a.ext, b.ext)
+		a.ext = max(a.ext, b.ext)
 	}
 	a.count += b.count
 }
@@ -177,59 +178,106 @@ func cmpRest(a, b *Evidence) int {
 	return cmp.Compare(a.Offset, b.Offset)
 }
 
-// evidenceOrder returns the order in which fn picks evidence: the first
-// EvidenceLimit events in it are the evidence.
-func evidenceOrder(fn Fn) func(a, b *Evidence) int {
+// evOrder is the order in which an aggregation picks its evidence: the
+// first EvidenceLimit events in it are the evidence. A method on a value
+// rather than a func value, so that the compiler sees what a comparison
+// does: a pointer to a local passed to it stays on the stack, and the
+// comparison of values that decides most cases is inlined.
+type evOrder uint8
+
+const (
+	byTime      evOrder = iota // count, sum, avg: cmpRest alone
+	byValueAsc                 // min: smallest value first
+	byValueDesc                // max: largest value first
+)
+
+// evidenceOrder returns the evidence order of fn.
+func evidenceOrder(fn Fn) evOrder {
 	switch fn {
 	case Min:
-		return func(a, b *Evidence) int {
-			if c := cmpValue(a.Value, b.Value); c != 0 {
-				return c
-			}
-			return cmpRest(a, b)
-		}
+		return byValueAsc
 	case Max:
-		return func(a, b *Evidence) int {
-			if c := cmpValue(b.Value, a.Value); c != 0 {
-				return c
-			}
-			return cmpRest(a, b)
-		}
+		return byValueDesc
 	default:
-		return cmpRest
+		return byTime
 	}
 }
 
-// addEvidence inserts e into the sorted evidence ev, keeping at most limit.
-// e is compared from its copy in the slice, never through &e: order is a
-// func value, so a pointer to a local would move it to the heap on every
-// call (as would a comparison closure over values).
-func addEvidence(ev []Evidence, e Evidence, limit int, order func(a, b *Evidence) int) []Evidence {
-	if limit == 0 {
-		return ev
+// cmp compares a and b in the order o.
+func (o evOrder) cmp(a, b *Evidence) int {
+	switch o {
+	case byValueAsc:
+		if c := cmpValue(a.Value, b.Value); c != 0 {
+			return c
+		}
+	case byValueDesc:
+		if c := cmpValue(b.Value, a.Value); c != 0 {
+			return c
+		}
 	}
+	return cmpRest(a, b)
+}
+
+// key returns the leading key of e in the order o: its ts for byTime, the
+// bits of its value otherwise (pane.cut).
+func (o evOrder) key(e *Evidence) int64 {
+	if o == byTime {
+		return e.TS
+	}
+	return int64(math.Float64bits(e.Value))
+}
+
+// beyond reports whether e comes after every event whose leading key is k
+// (o.key): when it does, it comes after the last of a full evidence list
+// with that key, and cannot enter it. It is false on a tie, which the
+// other fields decide (-0 and +0 tie here: the full comparison orders
+// them).
+func (o evOrder) beyond(k int64, e *Evidence) bool {
+	switch o {
+	case byValueAsc:
+		return e.Value > math.Float64frombits(uint64(k))
+	case byValueDesc:
+		return e.Value < math.Float64frombits(uint64(k))
+	}
+	return e.TS > k
+}
+
+// addEvidence inserts *e into the sorted evidence ev, keeping at most
+// limit. An event that comes after the last of limit kept ones (most of a
+// busy pane's) costs one comparison and touches nothing else.
+func addEvidence(ev []Evidence, e *Evidence, limit int, o evOrder) []Evidence {
 	n := len(ev)
-	if ev == nil {
-		ev = make([]Evidence, 0, limit+1)
+	if n >= limit && (n == 0 || o.cmp(&ev[n-1], e) <= 0) {
+		return ev // limit 0, or e cannot enter
 	}
-	ev = append(ev, e)
-	pe := &ev[n]
-	if n == limit && order(&ev[n-1], pe) <= 0 {
-		return ev[:n]
+	// The first i with ev[i] >= e (e goes before its equals, if any).
+	i, hi := 0, n
+	for i < hi {
+		m := int(uint(i+hi) >> 1)
+		if o.cmp(&ev[m], e) < 0 {
+			i = m + 1
+		} else {
+			hi = m
+		}
 	}
-	i := sort.Search(n, func(k int) bool { return order(&ev[k], pe) >= 0 })
-	copy(ev[i+1:], ev[i:n])
-	ev[i] = e
-	return ev[:min(n+1, limit)]
+	if n < limit {
+		if ev == nil {
+			ev = make([]Evidence, 0, limit)
+		}
+		ev = append(ev, Evidence{})
+	} // else the last one drops out
+	copy(ev[i+1:], ev[i:len(ev)-1])
+	ev[i] = *e
+	return ev
 }
 
 // mergeEvidence returns the first limit events of the union of the sorted
 // lists a and b.
-func mergeEvidence(a, b []Evidence, limit int, order func(a, b *Evidence) int) []Evidence {
+func mergeEvidence(a, b []Evidence, limit int, o evOrder) []Evidence {
 	out := make([]Evidence, 0, min(limit, len(a)+len(b)))
 	i, j := 0, 0
 	for len(out) < limit && (i < len(a) || j < len(b)) {
-		if j == len(b) || (i < len(a) && order(&a[i], &b[j]) <= 0) {
+		if j == len(b) || (i < len(a) && o.cmp(&a[i], &b[j]) <= 0) {
 			out = append(out, a[i])
 			i++
 		} else {

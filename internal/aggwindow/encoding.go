@@ -404,7 +404,7 @@ func (p *Partition) checkEvidence(ev []Evidence, a *aggState, lo, hi int64) stri
 		if ev[i].TS < lo || ev[i].TS > hi {
 			return fmt.Sprintf("evidence %q at %d outside [%d, %d]", ev[i].EventID, ev[i].TS, lo, hi)
 		}
-		if i > 0 && p.order(&ev[i-1], &ev[i]) >= 0 {
+		if i > 0 && p.order.cmp(&ev[i-1], &ev[i]) >= 0 {
 			return "evidence not strictly increasing in the evidence order"
 		}
 	}

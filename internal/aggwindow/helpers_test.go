@@ -169,7 +169,7 @@ func refWindowOf(cfg Config, key string, start, end int64, evs []Event) refWin {
 	for i := range evs {
 		ev[i] = toEvidence(evs[i])
 	}
-	slices.SortFunc(ev, func(a, b Evidence) int { return evidenceOrder(cfg.Fn)(&a, &b) })
+	slices.SortFunc(ev, func(a, b Evidence) int { return evidenceOrder(cfg.Fn).cmp(&a, &b) })
 	return refWin{key: key, start: start, end: end, agg: refAggregate(cfg.Fn, evs), count: len(evs), evidence: ev[:min(len(ev), cfg.EvidenceLimit)]}
 }
 

@@ -2,6 +2,7 @@ package aggwindow
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -18,7 +19,10 @@ import (
 // merge of its panes' aggregates in any order. So an event updates the
 // evidence of one pane, not of every window that holds it; a window keeps
 // only its aggregate (maintained per event, for judging) and builds its
-// evidence from its panes when it emits a revision. Panes are also what is
+// evidence from its panes when it emits a revision. (A min or max under a
+// predicate on the aggregate alone goes further: an event that leaves its
+// pane's extreme leaves every window's, and skips them; see
+// Partition.extOnly.) Panes are also what is
 // persisted (EncodePane): a commit rewrites the panes that changed, not
 // every window of the key.
 //
@@ -37,13 +41,23 @@ type PaneRef struct {
 	Start int64
 }
 
-// pane is one non-empty pane of a key.
+// pane is one non-empty pane of a key. The fields an event reads come
+// first, in the first 64 bytes of a 128-byte object (64-byte aligned, as
+// the objects of that size class are): one cache line per pane and event.
 type pane struct {
-	ks       *keyState
-	start    int64
-	agg      aggState
+	start int64
+	agg   aggState
+	// full says that the evidence holds EvidenceLimit events, and cut is
+	// the evidence order's leading key of the last of them (evOrder.key):
+	// an event beyond it cannot enter, which addToPane sees without
+	// reading the evidence.
+	cut   int64
+	full  bool
+	dirty bool // listed in Partition.dirtyPanes
+
 	evidence []Evidence // sorted by the evidence order, at most EvidenceLimit
-	dirty    bool       // listed in Partition.dirtyPanes
+	ks       *keyState
+	_        [32]byte // to 128 bytes
 }
 
 func cmpWinStart(x *win, s int64) int   { return cmp.Compare(x.start, s) }
@@ -59,15 +73,19 @@ func cmpPaneRef(a, b PaneRef) int {
 // paneAt returns the key's pane starting at start, inserting an empty one
 // when there is none.
 func (ks *keyState) paneAt(start int64) *pane {
+	if pn := ks.hot; pn != nil && pn.start == start {
+		return pn // in-order events hit the pane of the previous one
+	}
+	var pn *pane
 	if n := len(ks.panes); n > 0 && ks.panes[n-1].start == start {
-		return ks.panes[n-1] // in-order events hit the newest pane
+		pn = ks.panes[n-1]
+	} else if i, ok := slices.BinarySearchFunc(ks.panes, start, cmpPaneStart); ok {
+		pn = ks.panes[i]
+	} else {
+		pn = &pane{ks: ks, start: start}
+		ks.panes = slices.Insert(ks.panes, i, pn)
 	}
-	i, ok := slices.BinarySearchFunc(ks.panes, start, cmpPaneStart)
-	if ok {
-		return ks.panes[i]
-	}
-	pn := &pane{ks: ks, start: start}
-	ks.panes = slices.Insert(ks.panes, i, pn)
+	ks.hot = pn
 	return pn
 }
 
@@ -81,12 +99,22 @@ func (ks *keyState) panesIn(lo, hi int64) []*pane {
 	return ks.panes[i:j]
 }
 
-// addToPane adds e to the aggregate and evidence of its pane.
-func (p *Partition) addToPane(ks *keyState, e *Evidence) {
+// addToPane adds e to the aggregate and evidence of its pane. It reports
+// whether the windows containing the pane skip e: under extOnly, when the
+// pane had events (so every window containing it exists) and its extreme
+// did not change.
+func (p *Partition) addToPane(ks *keyState, e *Evidence) (skip bool) {
 	pn := ks.paneAt(floorDiv(e.TS, p.paneMs) * p.paneMs)
+	had, ext := pn.agg.count > 0, pn.agg.ext
 	pn.agg.add(p.cfg.Fn, e.Value)
-	pn.evidence = addEvidence(pn.evidence, *e, p.cfg.EvidenceLimit, p.order)
+	if limit := p.cfg.EvidenceLimit; limit > 0 && !(pn.full && p.order.beyond(pn.cut, e)) {
+		pn.evidence = addEvidence(pn.evidence, e, limit, p.order)
+		if pn.full = len(pn.evidence) == limit; pn.full {
+			pn.cut = p.order.key(&pn.evidence[limit-1])
+		}
+	}
 	p.markPaneDirty(pn)
+	return p.extOnly && had && math.Float64bits(ext) == math.Float64bits(pn.agg.ext)
 }
 
 // windowEvidence returns a fresh copy of the evidence of fixed window wn:
@@ -99,7 +127,7 @@ func (p *Partition) windowEvidence(wn *win) []Evidence {
 	var out []Evidence
 	for _, pn := range wn.ks.panesIn(wn.start, wn.start+p.cfg.SizeMs) {
 		ev := pn.evidence
-		if len(ev) == 0 || (len(out) == limit && p.order(&out[limit-1], &ev[0]) <= 0) {
+		if len(ev) == 0 || (len(out) == limit && p.order.cmp(&out[limit-1], &ev[0]) <= 0) {
 			continue
 		}
 		out = mergeEvidence(out, ev, limit, p.order)
@@ -120,6 +148,9 @@ func (p *Partition) dropPanes(ks *keyState, end int64, mark bool) {
 	}
 	if n > 0 {
 		ks.panes = slices.Delete(ks.panes, 0, n)
+		if ks.hot != nil && ks.hot.start < end {
+			ks.hot = nil
+		}
 	}
 }
 
@@ -210,6 +241,7 @@ func (p *Partition) installPane(key string, pn *pane) {
 	i, replace := slices.BinarySearchFunc(ks.panes, pn.start, cmpPaneStart)
 	if replace {
 		ks.panes[i] = pn
+		ks.hot = nil
 	} else {
 		ks.panes = slices.Insert(ks.panes, i, pn)
 	}

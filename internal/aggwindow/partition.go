@@ -12,9 +12,17 @@ import (
 // safe for concurrent use.
 type Partition struct {
 	cfg    Config
-	adv    int64                    // hop of fixed windows
-	paneMs int64                    // pane length of fixed windows (panes.go)
-	order  func(a, b *Evidence) int // evidence order of cfg.Fn
+	adv    int64   // hop of fixed windows
+	paneMs int64   // pane length of fixed windows (panes.go)
+	order  evOrder // evidence order of cfg.Fn
+	// extOnly: min or max of fixed windows under a predicate that ignores
+	// the count. All that judge reads of a window is then its extreme, the
+	// extreme of its panes' extremes, which an event changes only if it
+	// changes its pane's: applyFixed skips the windows of the other events
+	// (most, in a busy pane), and a window's count is the sum of its
+	// panes' (count) rather than its aggregate's, which counts only the
+	// events that did not skip it (> 0 all the same).
+	extOnly bool
 
 	wm   int64
 	keys map[string]*keyState
@@ -32,6 +40,14 @@ type Partition struct {
 
 // keyState is the state of one key.
 type keyState struct {
+	// hot is the pane of the key's latest event, and one the window of its
+	// latest event with a single window (tumbling): where the next event
+	// most likely goes, found without reading panes and wins. Caches: hot
+	// is nil after panes changed otherwise, one may be dead or another
+	// window (its start tells).
+	hot *pane
+	one *win
+
 	key string
 	// wins are the key's live windows sorted by start. Fixed windows have
 	// distinct starts aligned to the hop; sessions are disjoint with
@@ -43,21 +59,22 @@ type keyState struct {
 	dirty bool // listed in Partition.dirtyKeys
 }
 
-// win is one live window (or session).
+// win is one live window (or session). The fields an event reads come
+// first, in the first 64 bytes of a 128-byte object (Go aligns the objects
+// of that size class to 128 bytes): one cache line per window and event.
 type win struct {
-	ks       *keyState
-	start    int64
-	last     int64 // sessions: ts of the latest event; unused by fixed windows
-	agg      aggState
+	start  int64
+	agg    aggState
+	fired  bool
+	queued bool // has an entry in Partition.due ...
+	dead   bool // closed or merged away; its queue entry is stale
+	ks     *keyState
+
+	last     int64      // sessions: ts of the latest event; unused by fixed windows
 	evidence []Evidence // sessions only (fixed windows build theirs from their panes): sorted by the evidence order, at most EvidenceLimit
-
-	fired   bool
-	alertID string // when fired
-	rev     int    // when fired: the last emitted revision
-
-	queued bool  // has an entry in Partition.due ...
-	qAt    int64 // ... at this end (<= the window's end)
-	dead   bool  // closed or merged away; its queue entry is stale
+	alertID  string     // when fired
+	rev      int        // when fired: the last emitted revision
+	qAt      int64      // ... at this end (<= the window's end), when queued
 }
 
 // NewPartition returns an empty partition (watermark NoWatermark) for cfg.
@@ -70,6 +87,7 @@ func NewPartition(cfg Config) (*Partition, error) {
 		adv:     cfg.advance(),
 		paneMs:  cfg.paneMs(),
 		order:   evidenceOrder(cfg.Fn),
+		extOnly: cfg.Kind != Session && (cfg.Fn == Min || cfg.Fn == Max) && cfg.FiresIgnoresCount,
 		wm:      NoWatermark,
 		delayMs: cfg.DelayMs,
 		keys:    make(map[string]*keyState),
@@ -176,33 +194,76 @@ func (p *Partition) apply(ev *Event, w int64) []Revision {
 // each in order of start. All of them are live: a window closes at
 // W - L >= end, and e has ts >= W - L and ts < end.
 func (p *Partition) applyFixed(ks *keyState, e *Evidence, late bool, w int64) []Revision {
-	p.addToPane(ks, e)
+	if p.addToPane(ks, e) {
+		return nil // no window changes (extOnly)
+	}
+	kLo, kHi := floorDiv(e.TS-p.cfg.SizeMs, p.adv)+1, floorDiv(e.TS, p.adv)
+	if kLo == kHi {
+		// One window per event (tumbling), most often the key's latest.
+		start := kLo * p.adv
+		wn := ks.one
+		if wn == nil || wn.dead || wn.start != start {
+			wn = p.winAt(ks, firstWinFrom(ks.wins, start, 1), start)
+			ks.one = wn
+		}
+		return p.addToWin(wn, e, late, w, nil)
+	}
 	var revs []Revision
-	size := p.cfg.SizeMs
-	kLo, kHi := floorDiv(e.TS-size, p.adv)+1, floorDiv(e.TS, p.adv)
-	i, _ := slices.BinarySearchFunc(ks.wins, kLo*p.adv, cmpWinStart)
+	i := firstWinFrom(ks.wins, kLo*p.adv, int(kHi-kLo+1))
 	for k := kLo; k <= kHi; k++ {
-		start := k * p.adv
-		var wn *win
-		if i < len(ks.wins) && ks.wins[i].start == start {
-			wn = ks.wins[i]
-		} else {
-			wn = &win{ks: ks, start: start}
-			ks.wins = slices.Insert(ks.wins, i, wn)
-			p.nWindows++
-			p.queue(wn)
-		}
+		revs = p.addToWin(p.winAt(ks, i, k*p.adv), e, late, w, revs)
 		i++
-		had := wn.agg.count > 0
-		var before float64
-		if had {
-			before = wn.agg.value(p.cfg.Fn)
-		}
-		wn.agg.add(p.cfg.Fn, e.Value)
-		after := wn.agg.value(p.cfg.Fn)
-		revs = p.judge(wn, after, !had || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
 	}
 	return revs
+}
+
+// winAt returns ks.wins[i] if it starts at start, else a new window
+// starting at start, inserted at i (i is where it belongs).
+func (p *Partition) winAt(ks *keyState, i int, start int64) *win {
+	if i < len(ks.wins) && ks.wins[i].start == start {
+		return ks.wins[i]
+	}
+	wn := &win{ks: ks, start: start}
+	ks.wins = slices.Insert(ks.wins, i, wn)
+	p.nWindows++
+	p.queue(wn)
+	return wn
+}
+
+// addToWin adds e to the aggregate of the fixed window wn and judges it.
+// judge reads whether the aggregate changed only for a fired window or a
+// predicate that ignores the count: otherwise the value before the event
+// is not computed (an average's exact sum, at every event of a window
+// that has not fired), and changed is true.
+func (p *Partition) addToWin(wn *win, e *Evidence, late bool, w int64, revs []Revision) []Revision {
+	track := wn.agg.count > 0 && (wn.fired || p.cfg.FiresIgnoresCount)
+	var before float64
+	if track {
+		before = wn.agg.value(p.cfg.Fn)
+	}
+	wn.agg.add(p.cfg.Fn, e.Value)
+	after := wn.agg.value(p.cfg.Fn)
+	return p.judge(wn, after, !track || math.Float64bits(before) != math.Float64bits(after), late, w, revs)
+}
+
+// firstWinFrom returns the index of the first of wins (fixed windows,
+// sorted by start) that starts at or after lo, the first of the nw
+// windows that hold an event. The windows of an event in order are the
+// newest ones (all nw of them, or all but the newest, which it starts):
+// checking there first avoids a binary search through windows it would
+// not touch otherwise.
+func firstWinFrom(wins []*win, lo int64, nw int) int {
+	n := len(wins)
+	switch i := n - nw; {
+	case i >= 0 && wins[i].start == lo:
+		return i
+	case i+1 >= 0 && i+1 < n && wins[i+1].start == lo:
+		return i + 1
+	case n == 0 || wins[n-1].start < lo:
+		return n
+	}
+	i, _ := slices.BinarySearchFunc(wins, lo, cmpWinStart)
+	return i
 }
 
 // applySession adds e to the session(s) whose interval [start, last+gap)
@@ -227,7 +288,7 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 	if i1 == i0 {
 		wn := &win{ks: ks, start: t, last: t}
 		wn.agg.add(fn, e.Value)
-		wn.evidence = addEvidence(wn.evidence, *e, p.cfg.EvidenceLimit, p.order)
+		wn.evidence = addEvidence(wn.evidence, e, p.cfg.EvidenceLimit, p.order)
 		ks.wins = slices.Insert(ks.wins, i0, wn)
 		p.nWindows++
 		p.queue(wn)
@@ -260,7 +321,7 @@ func (p *Partition) applySession(ks *keyState, e *Evidence, late bool, w int64) 
 		}
 	}
 	sv.agg.add(fn, e.Value)
-	sv.evidence = addEvidence(sv.evidence, *e, p.cfg.EvidenceLimit, p.order)
+	sv.evidence = addEvidence(sv.evidence, e, p.cfg.EvidenceLimit, p.order)
 	sv.start = min(sv.start, t)
 	sv.last = max(sv.last, t)
 	if len(group) > 1 {
@@ -295,7 +356,7 @@ func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, rev
 		// not change.
 		return revs
 	}
-	fires := p.cfg.Fires(agg, wn.agg.count)
+	fires := p.cfg.Fires(agg, p.count(wn))
 	switch {
 	case !wn.fired && fires:
 		wn.fired, wn.rev = true, 0
@@ -309,6 +370,24 @@ func (p *Partition) judge(wn *win, agg float64, changed, late bool, w int64, rev
 		revs = append(revs, p.revision(wn, Updated, "", late, w))
 	}
 	return revs
+}
+
+// count returns the number of events of wn (see extOnly). Small enough
+// to inline: judge calls it for every window it judges.
+func (p *Partition) count(wn *win) int {
+	if p.extOnly {
+		return p.paneCount(wn)
+	}
+	return wn.agg.count
+}
+
+// paneCount is the sum of the counts of the panes of the fixed window wn.
+func (p *Partition) paneCount(wn *win) int {
+	n := 0
+	for _, pn := range wn.ks.panesIn(wn.start, wn.start+p.cfg.SizeMs) {
+		n += pn.agg.count
+	}
+	return n
 }
 
 func (p *Partition) end(wn *win) int64 {
@@ -339,7 +418,7 @@ func (p *Partition) revision(wn *win, st Status, mergedInto string, late bool, w
 		Start:      wn.start,
 		End:        p.end(wn),
 		Agg:        agg,
-		Count:      wn.agg.count,
+		Count:      p.count(wn),
 		Evidence:   ev,
 		Late:       late,
 		Watermark:  wm,

@@ -133,7 +133,7 @@ func describe(p *Partition) string {
 				v = wn.agg.value(p.cfg.Fn)
 			}
 			lines = append(lines, fmt.Sprintf("%s win %d last %d n=%d agg=%x ev=%v fired=%v %q r%d",
-				k, wn.start, wn.last, wn.agg.count, math.Float64bits(v), evIDs(wn.evidence), wn.fired, wn.alertID, wn.rev))
+				k, wn.start, wn.last, p.count(wn), math.Float64bits(v), evIDs(wn.evidence), wn.fired, wn.alertID, wn.rev))
 		}
 		for _, pn := range ks.panes {
 			lines = append(lines, fmt.Sprintf("%s pane %d n=%d agg=%x ev=%v", k, pn.start, pn.agg.count, math.Float64bits(pn.agg.value(p.cfg.Fn)), evIDs(pn.evidence)))

@@ -46,10 +46,16 @@ func (s *Set) BucketOf(ts int64) int64 {
 
 // markBucket records that s's entry of ks's bucket of ts changed.
 func (s *Set) markBucket(ks *keyState, ts int64) {
-	if s.st.bucketMs == 0 {
+	st := s.st
+	if st.bucketMs == 0 {
 		return
 	}
-	b := s.BucketOf(ts)
+	// The views of a record mark the same ts one after the other: one
+	// division for all. (The zero value is right: bucket 0 holds ts 0.)
+	if ts != st.markTS {
+		st.markTS, st.markB = ts, s.BucketOf(ts)
+	}
+	b := st.markB
 	if s.slot >= len(ks.marks) {
 		ks.marks = append(ks.marks, make([]mark, s.slot+1-len(ks.marks))...)
 	}

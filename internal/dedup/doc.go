@@ -114,17 +114,19 @@
 // slowest view's W - H), and a view ignores, and forgets at its next
 // encounter, entries that expired for it while a slower view keeps them.
 //
-// The store indexes its entries in one map from a 64-bit hash of
-// (key, event_id) to ts (a hit is confirmed against the key's entries, so
+// The store indexes its entries in one hash table (open addressing) from
+// a 64-bit hash of (key, event_id) to ts (a hit is confirmed against the key's entries, so
 // no verdict rests on a hash; the rare pair whose hash collides with
 // another's is kept in a second map by its strings), and per key a slice
-// sorted by (ts, event_id). Seen costs one map lookup for a new id; it
+// sorted by (ts, event_id). Seen costs one table lookup for a new id; it
 // appends to its key's slice when it arrives in ts order for its key (an
 // insert, O(ids of the key), when it does not) and is queued in O(log keys)
-// when it becomes its key's oldest id. Each key with ids is queued in a
-// min-heap at its deadline — the smallest W at which its oldest id expires
-// — so Advance costs O(1) when nothing is due (plus O(views) to find the
-// slowest) and O(log keys + expired ids) per due key otherwise: nothing
+// when it becomes its key's oldest id. The other views of a record find
+// the entry the first one remembered without a lookup. Each key with ids
+// is queued in a min-heap at its deadline — the smallest W at which its
+// oldest id expires — so Advance costs O(1) when nothing is due (plus
+// O(views) when the last of the slowest views moves, to find the slowest
+// again) and O(log keys + expired ids) per due key otherwise: nothing
 // scans all keys or ids. Memory is O(ids with ts >= W - H) plus bounded
 // slack: a key's slice reuses its expired front and is rebuilt smaller once
 // at most an eighth of its peak is left, a key with no ids is deleted, and

@@ -27,8 +27,17 @@ func (s *Set) check() error {
 	for _, v := range st.views {
 		low = min(low, v.wm)
 	}
-	if st.wm > low {
-		return fmt.Errorf("store W %d ahead of the slowest view's %d", st.wm, low)
+	if st.wm != low {
+		return fmt.Errorf("store W %d, the slowest view's %d", st.wm, low)
+	}
+	slow := 0
+	for _, v := range st.views {
+		if v.wm == low {
+			slow++
+		}
+	}
+	if slow != st.nSlow {
+		return fmt.Errorf("%d views at the store's W, counted %d", slow, st.nSlow)
 	}
 	queued := make(map[dueEntry]bool, len(st.due))
 	for i, e := range st.due {
@@ -112,8 +121,8 @@ func (s *Set) check() error {
 			return fmt.Errorf("view %d: nIDs %d, keys hold %d", i, v.nIDs, nIDs[i])
 		}
 	}
-	if len(st.idx)+len(st.coll) != pairs {
-		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", len(st.idx), len(st.coll), pairs)
+	if st.idx.len()+len(st.coll) != pairs {
+		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", st.idx.len(), len(st.coll), pairs)
 	}
 	n := 0
 	for _, ts := range st.more {

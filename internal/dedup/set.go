@@ -41,8 +41,9 @@ type Set struct {
 
 // store holds the ids of the views that share it.
 type store struct {
-	h  int64 // dedup horizon H, ms, >= 0; the same for every view
-	wm int64 // the smallest W of the views: what has expired for all
+	h     int64 // dedup horizon H, ms, >= 0; the same for every view
+	wm    int64 // the smallest W of the views: what has expired for all
+	nSlow int   // how many views have W = wm
 
 	keys map[string]*keyState // only keys with at least one entry
 	due  dueQueue             // lazy expiry deadlines of keys, by wm
@@ -51,20 +52,22 @@ type store struct {
 	// 64-bit hash (pairHash) to the ts of its entry, and a hit is
 	// confirmed in the key's byTS, so a verdict never rests on a hash. A
 	// pair whose hash slot is taken by another pair lives in coll instead
-	// (rare: two of a few million 64-bit hashes). One map of integers for
-	// the whole store, rather than a map of strings per key, costs a third
-	// of the time per event and gives the garbage collector no pointers to
-	// scan. A pair that views remember with different ts (two records with
+	// (rare: two of a few million 64-bit hashes). One table of integers
+	// for the whole store (hashIndex), rather than a map of strings per
+	// key, costs a fraction of the time per event and gives the garbage
+	// collector no pointers to scan. A pair that views remember with different ts (two records with
 	// one event_id and different ts, each the first for some view) has
 	// one entry per ts: the first in idx or coll, the others' ts in more.
 	seed     maphash.Seed // per store: in-memory only, never persisted
 	hashMask uint64       // all ones; tests narrow it to force collisions
-	idx      map[uint64]int64
+	idx      hashIndex
 	coll     map[pair]int64
 	more     map[pair][]int64
 
 	views    []*Set
 	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
+	markTS   int64 // markBucket's latest ts ...
+	markB    int64 // ... and its bucket
 
 	// last caches the latest first() answer, and cur the key state and
 	// hash of the latest Seen: the views of one record ask for the same
@@ -73,12 +76,16 @@ type store struct {
 	cur  curPair
 }
 
-// curPair is the (key, event_id) of the latest Seen, its key state and
-// pairHash. Invalidated when the key state is deleted.
+// curPair is the (key, event_id) of the latest Seen that remembered it,
+// its key state and pairHash, and i, the index in ks.byTS of the entry
+// it remembered (a hint: later inserts and removals move entries, so a
+// user compares the entry with the pair). Invalidated when the key state
+// is deleted.
 type curPair struct {
 	key, id string
 	ks      *keyState
 	h       uint64
+	i       int
 }
 
 // lastFirst is a cached first(): ok and ts for (ks, id). Invalidated when
@@ -140,7 +147,7 @@ func New(horizonMs int64) (*Set, error) {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
 	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
-		seed: maphash.MakeSeed(), hashMask: math.MaxUint64, idx: make(map[uint64]int64)}
+		seed: maphash.MakeSeed(), hashMask: math.MaxUint64}
 	return st.newView(), nil
 }
 
@@ -168,6 +175,12 @@ func (st *store) newView() *Set {
 		v.dirtyB = map[BucketRef]struct{}{}
 	}
 	st.views = append(st.views, v)
+	st.nSlow = 0
+	for _, u := range st.views {
+		if u.wm == NoWatermark {
+			st.nSlow++
+		}
+	}
 	return v
 }
 
@@ -192,6 +205,9 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 	var ks *keyState
 	var h uint64
 	if c := &st.cur; c.ks != nil && c.key == key && c.id == eventID {
+		if dup, ok := s.seenAgain(c, ts, thr); ok {
+			return dup
+		}
 		ks, h = c.ks, c.h
 	} else if ks = st.keys[key]; ks != nil {
 		h = st.pairHash(ks, eventID)
@@ -220,29 +236,78 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		st.keys[key] = ks
 		h = st.pairHash(ks, eventID)
 	}
-	st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
-	st.cur = curPair{key: key, id: eventID, ks: ks, h: h}
+	i := st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
+	st.cur = curPair{key: key, id: eventID, ks: ks, h: h, i: i}
 	s.nIDs++
 	s.markDirty(ks)
 	s.markBucket(ks, ts)
-	st.reschedule(ks)
+	if i == ks.head {
+		// The key's oldest entry, so its deadline, changed (a key whose
+		// oldest entry stays is queued no later than its deadline).
+		st.reschedule(ks)
+	}
 	return false
+}
+
+// seenAgain is Seen for the pair of the latest Seen, c, in its most
+// common case: the other views of one record, asking one after the other.
+// When the store holds a single entry of the pair (no pair has more than
+// one while st.more is empty) and c still locates it, that entry alone
+// decides: this view remembers it or not, at ts or not. ok is false when
+// Seen must take its general path (the pair has several entries, the entry
+// moved or is gone, or it expired for this view, which forgets it there).
+// No deadline changes: the key already holds an entry at ts.
+func (s *Set) seenAgain(c *curPair, ts, thr int64) (dup, ok bool) {
+	ks := c.ks
+	if c.i < ks.head || c.i >= len(ks.byTS) || len(s.st.more) > 0 {
+		return false, false
+	}
+	e := &ks.byTS[c.i]
+	if e.ts != ts || e.id != c.id {
+		return false, false
+	}
+	switch {
+	case e.mask&s.bit != 0:
+		// A redelivery with the same ts, unless it expired for this view.
+		return true, ts >= thr
+	case ts < thr:
+		return false, true // expired already: not remembered (as in Seen)
+	}
+	e.mask |= s.bit
+	s.nIDs++
+	s.markDirty(ks)
+	s.markBucket(ks, ts)
+	return false, true
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)
 // and forgets every id with ts < W - H, deleting keys left with none. The
-// keys it changes are marked dirty. It costs O(1) when nothing expires
-// (and O(views) when the store shares views).
+// keys it changes are marked dirty. It costs O(1) when nothing expires,
+// plus O(views) when it moves the last of the slowest views of a shared
+// store: views that advance together cost O(views) per record in all.
 func (s *Set) Advance(w int64) {
 	if w <= s.wm {
 		return
 	}
-	s.wm = w
 	st := s.st
-	low := w
-	for _, v := range st.views {
-		low = min(low, v.wm)
+	slowest := s.wm == st.wm
+	s.wm = w
+	if !slowest {
+		return // the store's W is a slower view's
 	}
+	if st.nSlow--; st.nSlow > 0 {
+		return // another view is still at the store's W
+	}
+	low, n := w, 0
+	for _, v := range st.views {
+		switch {
+		case v.wm < low:
+			low, n = v.wm, 1
+		case v.wm == low:
+			n++
+		}
+	}
+	st.nSlow = n
 	st.advance(low)
 }
 
@@ -291,7 +356,7 @@ func (st *store) first(ks *keyState, id string, h uint64) (int64, bool) {
 		ts, ok = st.coll[pair{ks.key, id}]
 	}
 	if !ok {
-		if ts, ok = st.idx[h]; ok && ks.find(ts, id) < 0 {
+		if ts, ok = st.idx.get(h); ok && ks.find(ts, id) < 0 {
 			ts, ok = 0, false
 		}
 	}
@@ -320,22 +385,24 @@ func (st *store) remembered(ks *keyState, id string, h uint64, mask uint64) int 
 }
 
 // remember adds e.mask's views to the entry (e.ts, e.id) of ks, creating
-// it when there is none. None of them remembers e.id yet. h is
-// pairHash(ks, e.id).
-func (st *store) remember(ks *keyState, e entry, h uint64) {
+// it when there is none, and returns its index in ks.byTS. None of them
+// remembers e.id yet. h is pairHash(ks, e.id).
+func (st *store) remember(ks *keyState, e entry, h uint64) int {
 	ts, ok := st.first(ks, e.id, h)
 	switch {
 	case !ok:
 		st.index(ks, e, h)
 	case ts == e.ts:
-		ks.byTS[ks.find(ts, e.id)].mask |= e.mask
-		return
+		i := ks.find(ts, e.id)
+		ks.byTS[i].mask |= e.mask
+		return i
 	default:
 		p := pair{ks.key, e.id}
 		for _, t := range st.more[p] {
 			if t == e.ts {
-				ks.byTS[ks.find(t, e.id)].mask |= e.mask
-				return
+				i := ks.find(t, e.id)
+				ks.byTS[i].mask |= e.mask
+				return i
 			}
 		}
 		if st.more == nil {
@@ -343,14 +410,13 @@ func (st *store) remember(ks *keyState, e entry, h uint64) {
 		}
 		st.more[p] = append(st.more[p], e.ts)
 	}
-	ks.insert(e)
+	return ks.insert(e)
 }
 
 // index makes e, the first entry of its pair, findable.
 func (st *store) index(ks *keyState, e entry, h uint64) {
 	st.last = lastFirst{ks: ks, id: e.id, ts: e.ts, ok: true}
-	if _, taken := st.idx[h]; !taken {
-		st.idx[h] = e.ts
+	if st.idx.add(h, e.ts) {
 		return
 	}
 	if st.coll == nil {
@@ -396,7 +462,7 @@ func (st *store) dropFirst(ks *keyState, p pair) {
 			return
 		}
 	}
-	delete(st.idx, st.pairHash(ks, p.id))
+	st.idx.del(st.pairHash(ks, p.id))
 }
 
 // forget makes view v forget the entry ks.byTS[i] (which it remembers),
@@ -556,12 +622,12 @@ func (ks *keyState) find(ts int64, id string) int {
 	return ks.head + i
 }
 
-// insert adds e (not yet in byTS) in (ts, id) order. In-order arrivals
-// append. When the slice is full, its expired front is reused if it is at
+// insert adds e (not yet in byTS) in (ts, id) order and returns its
+// index. In-order arrivals append. When the slice is full, its expired front is reused if it is at
 // least half the live entries (a copy of the live ones per at least live/2
 // inserts), else the slice is reallocated at twice the live entries; so a
 // key whose entry count varies by less than a third allocates nothing.
-func (ks *keyState) insert(e entry) {
+func (ks *keyState) insert(e entry) int {
 	if n := len(ks.byTS); n == cap(ks.byTS) && ks.head > 0 {
 		live := n - ks.head
 		if 2*ks.head >= live {
@@ -575,13 +641,16 @@ func (ks *keyState) insert(e entry) {
 		}
 		ks.head = 0
 	}
-	if n := len(ks.byTS); n == ks.head || cmpEntry(ks.byTS[n-1], e) < 0 {
+	i := len(ks.byTS)
+	if i == ks.head || cmpEntry(ks.byTS[i-1], e) < 0 {
 		ks.byTS = append(ks.byTS, e)
 	} else {
-		i, _ := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry)
-		ks.byTS = slices.Insert(ks.byTS, ks.head+i, e)
+		k, _ := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry)
+		i = ks.head + k
+		ks.byTS = slices.Insert(ks.byTS, i, e)
 	}
 	ks.peak = max(ks.peak, ks.live())
+	return i
 }
 
 // removeAt deletes byTS[i] (already unindexed).
@@ -598,7 +667,8 @@ const shrinkMin = 64
 // shrink rebuilds byTS at its current size once at most an eighth of its
 // peak is left, so that a burst on one key does not hold memory for as
 // long as the key lives. The rebuild costs O(live) after at least 7*live
-// expiries. (The store's index is one map whose size follows the store's.)
+// expiries. (The store's index is one table that grows and shrinks with
+// the store, hashIndex.)
 func (ks *keyState) shrink() {
 	live := ks.live()
 	if ks.peak < shrinkMin || live > ks.peak/8 {

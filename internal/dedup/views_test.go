@@ -116,6 +116,87 @@ func sharedViewsModel(t *testing.T, hashMask uint64) {
 	}
 }
 
+// TestSharedViewsAsOwnSets: views sharing a store, advanced together (every
+// view after its own Seen of each record, as the pipeline does), report
+// after every operation exactly what independent Sets fed the same
+// operations report: the verdicts, Dirty and DirtyBuckets, and the
+// encodings of every key and of every dirty bucket. Sharing changes only
+// the costs; this catches a shortcut for the other views of a record
+// (Seen's seenAgain) that skips a mark or a verdict.
+func TestSharedViewsAsOwnSets(t *testing.T) {
+	t.Run("hash", func(t *testing.T) { sharedViewsAsOwnSets(t, math.MaxUint64) })
+	t.Run("colliding", func(t *testing.T) { sharedViewsAsOwnSets(t, 3) })
+}
+
+func sharedViewsAsOwnSets(t *testing.T, hashMask uint64) {
+	seeds := 200
+	if testing.Short() {
+		seeds = 40
+	}
+	for seed := range uint64(seeds) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		h := genHorizon(rng)
+		d := int64(rng.IntN(50))
+		n := 1 + rng.IntN(6)
+		bucket := 1 + rng.Int64N(50)
+		newSet := func() *Set {
+			s, err := NewBucketed(h, bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.st.hashMask = hashMask
+			return s
+		}
+		shared, own := []*Set{newSet()}, []*Set{newSet()}
+		for len(shared) < n {
+			v, err := shared[0].NewView()
+			if err != nil {
+				t.Fatal(err)
+			}
+			shared, own = append(shared, v), append(own, newSet())
+		}
+		for k, o := range genOps(rng, h, 50+rng.IntN(300)) {
+			if o.advance {
+				for i := range n {
+					shared[i].Advance(o.ts)
+					own[i].Advance(o.ts)
+				}
+			} else {
+				got := record(n, o, d, func(i int) bool { return shared[i].Seen(o.key, o.id, o.ts) }, func(i int, w int64) { shared[i].Advance(w) })
+				want := record(n, o, d, func(i int) bool { return own[i].Seen(o.key, o.id, o.ts) }, func(i int, w int64) { own[i].Advance(w) })
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d op %d %v: duplicate for views %v, own sets %v", seed, k, o, got, want)
+				}
+			}
+			for i := range n {
+				v, s := shared[i], own[i]
+				if got, want := v.Dirty(), s.Dirty(); !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d op %d %v view %d: dirty keys %q, own set %q", seed, k, o, i, got, want)
+				}
+				if got, want := v.DirtyBuckets(), s.DirtyBuckets(); !reflect.DeepEqual(got, want) {
+					t.Fatalf("seed %d op %d %v view %d: dirty buckets %v, own set %v", seed, k, o, i, got, want)
+				}
+				for _, r := range s.DirtyBuckets() {
+					if got, want := v.EncodeBucket(r.Key, r.Bucket), s.EncodeBucket(r.Key, r.Bucket); string(got) != string(want) {
+						t.Fatalf("seed %d op %d %v view %d: bucket %v %x, own set %x", seed, k, o, i, r, got, want)
+					}
+				}
+				for _, keys := range []map[string]*keyState{v.st.keys, s.st.keys} {
+					for key := range keys {
+						if got, want := v.EncodeKey(key), s.EncodeKey(key); string(got) != string(want) {
+							t.Fatalf("seed %d op %d %v view %d: key %q %x, own set %x", seed, k, o, i, key, got, want)
+						}
+					}
+				}
+				if rng.IntN(8) == 0 {
+					v.ClearDirty()
+					s.ClearDirty()
+				}
+			}
+		}
+	}
+}
+
 // TestSharedViewsRestore: bucketed views sharing a store, persisted per
 // view at random commits and rebuilt at random crashes (a fresh store, its
 // views loaded from their own entries in an interleaved random order, as

@@ -33,14 +33,15 @@ import (
 // see paneName) and "d" + 8-byte bucket + key (package dedup's bucketed
 // encoding, see dedupName).
 type Partition struct {
+	// What every record reads comes first (one cache line).
 	filter *rules.Filter
-	env    rules.Event
+	slide  *window.Partition
+	agg    *aggwindow.Partition
+	dd     *dedup.Set
+	tr     *watermark.Tracker // of an adaptive watermark (see atRisk)
 
-	slide *window.Partition
-
-	agg  *aggwindow.Partition
-	dd   *dedup.Set
 	thr  *rules.Threshold
+	env  rules.Event
 	keys []string // scratch for Dirty
 
 	// Of a repartitioned rule: what it knows of each source partition and
@@ -49,9 +50,8 @@ type Partition struct {
 	srcN       int
 	extraDirty bool
 
-	// Of an adaptive watermark: the tracker of observed delays, and the
-	// events it found at risk since the last TakeAtRisk.
-	tr     *watermark.Tracker
+	// Of an adaptive watermark: with the tracker of observed delays (tr),
+	// the events it found at risk since the last TakeAtRisk.
 	atRisk int
 
 	// Of a rule with a cooldown: per key, until when no new alert may open
@@ -501,7 +501,7 @@ func (w *Partition) LoadExtra(data []byte) error {
 
 // applyAgg runs steps 2 to 7 of an aggregating rule: filter, deduplicate,
 // lateness, apply, watermark, close.
-func (w *Partition) applyAgg(key string, ev *event.Event, in Input, qualifies bool) (window.Outcome, int64, int64, []aggwindow.Revision) {
+func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies bool) (window.Outcome, int64, int64, []aggwindow.Revision) {
 	e := aggwindow.Event{
 		Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
 		Partition: in.Partition, Offset: in.Offset,

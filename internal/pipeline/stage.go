@@ -44,13 +44,17 @@ type Options struct {
 // Stage applies one compiled rule to one input partition's records. It is
 // immutable and safe for concurrent use; the Partitions it makes are not.
 type Stage struct {
-	c     *rules.Compiled
-	o     Options
-	valid *event.Validator
-	win   window.Config     // sliding rules
-	agg   aggwindow.Config  // aggregating rules (Fires set per partition)
-	wm    *watermark.Config // adaptive watermark; nil for a fixed delay
-	desc  string
+	// What every record reads, first and apart from the compiled rule:
+	// one cache line of the stage per rule and record.
+	delayMs     int64 // c.DelayMs
+	keyBySensor bool  // c.Rule.Key is sensor_id
+	c           *rules.Compiled
+	o           Options
+	valid       *event.Validator
+	win         window.Config     // sliding rules
+	agg         aggwindow.Config  // aggregating rules (Fires set per partition)
+	wm          *watermark.Config // adaptive watermark; nil for a fixed delay
+	desc        string
 }
 
 // NewStage builds the stage of the rule block (the vibration rule); see
@@ -74,10 +78,12 @@ func NewRuleStage(c *rules.Compiled, o Options) (*Stage, error) {
 		o.DeadLetterRules = EncodeDeadLetterRules([]RuleVersion{{ID: c.Rule.ID, Version: c.Rule.Version}})
 	}
 	s := &Stage{
-		c:     c,
-		o:     o,
-		valid: event.NewValidator(o.Decoder, event.Options{MaxFutureSkewMs: o.MaxFutureSkewMs}),
-		desc:  c.Rule.Description,
+		delayMs:     c.DelayMs,
+		keyBySensor: c.Rule.Key == "sensor_id",
+		c:           c,
+		o:           o,
+		valid:       event.NewValidator(o.Decoder, event.Options{MaxFutureSkewMs: o.MaxFutureSkewMs}),
+		desc:        c.Rule.Description,
 	}
 	if w := c.Rule.Watermark; w.Strategy == rules.WatermarkAdaptive {
 		s.wm = &watermark.Config{
@@ -226,7 +232,7 @@ func headersBytes(hs []Header) int {
 
 // KeyOf returns the value of the rule's key field of ev.
 func (s *Stage) KeyOf(ev *event.Event) string {
-	if s.c.Rule.Key == "sensor_id" {
+	if s.keyBySensor {
 		return ev.SensorID
 	}
 	return ev.MachineID
@@ -258,7 +264,7 @@ func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Inp
 		qualifies = false // not expected: the rule language cannot fail at run time
 	}
 	key := s.KeyOf(ev)
-	d := s.c.DelayMs
+	d := s.delayMs
 	if w.tr != nil {
 		d = w.tr.DelayMs()
 	}
@@ -282,7 +288,7 @@ func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Inp
 		}, qualifies)
 		outcome, watermark, latenessMs, slideRevs = res.Outcome, res.Watermark, res.LatenessMs, res.Revisions
 	} else {
-		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, in, qualifies)
+		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, &in, qualifies)
 	}
 	if w.tr != nil {
 		// The tracker sees the record after the window did (package
@@ -421,7 +427,7 @@ func (s *Stage) Marker(w *Partition, in Input, acct *Accounting, emit func(Outpu
 	if src < 0 || n < 1 || src >= n {
 		return fmt.Errorf("pipeline: marker at %s/%d@%d: source partition %d of %d", in.Topic, in.Partition, in.Offset, src, n)
 	}
-	d := s.c.DelayMs
+	d := s.delayMs
 	if w.tr != nil {
 		d = w.tr.DelayMs()
 	}
