@@ -83,6 +83,9 @@ func (rc *ruleCheck) deadLetterProblem(cp *kgo.Record, in *topicData, st *pipeli
 	switch {
 	case purged && in != rc.src:
 		return "" // a consumed repartition record, deleted: nothing left to compare
+	case purged:
+		rc.deleted++ // deleted by retention: nothing left to compare
+		return ""
 	case orig == nil:
 		return "names a record that does not exist"
 	}
@@ -222,6 +225,9 @@ func (rc *ruleCheck) lateProblem(cp *kgo.Record, at pos) string {
 			return fmt.Sprintf("names a deleted repartition record whose source record %s is not in %s with the same value", sat, rc.src.name)
 		}
 		in, st = rc.src, rc.srcStage
+	case purged:
+		rc.deleted++ // deleted by retention: nothing left to compare
+		return ""
 	case orig == nil:
 		return "names a record that does not exist"
 	case !sameRecord(orig, cp):

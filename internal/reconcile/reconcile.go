@@ -203,6 +203,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The input's log starts, read after the input: a copy naming a record
+	// below them names one that retention deleted (not checked).
+	inputStart, err := logStarts(ctx, o, cfg.Topics.Input)
+	if err != nil {
+		return nil, err
+	}
 	rep.InputRecords = len(input)
 	byPos := map[int32]map[int64]*kgo.Record{}
 	for _, r := range input {
@@ -280,6 +286,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		seen := map[string]bool{}
 		per := map[int32]int64{}
 		others := map[string]int{}
+		deleted := 0
 		for _, r := range recs {
 			switch side.owner(r) {
 			case letterBad:
@@ -303,7 +310,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			seen[pos] = true
 			src := byPos[int32(p)][off]
-			if src == nil {
+			if src == nil && off < inputStart[int32(p)] {
+				deleted++ // deleted by retention: nothing left to compare
+			} else if src == nil {
 				rep.violate("%s: input record %s does not exist", side.topic, pos)
 			} else if string(src.Value) != string(r.Value) || string(src.Key) != string(r.Key) {
 				rep.violate("%s: record %s does not carry the original key and value", side.topic, pos)
@@ -320,6 +329,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if len(others) > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %s of other rule versions (not checked): %s", side.topic, side.what, countList(others)))
 		}
+		if deleted > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d %s name input records below the log start of %s (deleted by retention): not checked", side.topic, deleted, side.what, cfg.Topics.Input))
+		}
 	}
 
 	// Alerts.
@@ -334,7 +346,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.Alerts = len(ranged)
-	checkAlerts(rep, cfg, fm, ranged, byPos, !o.From.IsZero())
+	checkAlerts(rep, cfg, fm, ranged, byPos, inputStart, !o.From.IsZero())
 
 	if o.Recompute {
 		if !o.From.IsZero() || !o.To.IsZero() {
@@ -424,12 +436,15 @@ func delta(top, base pipeline.Accounting) pipeline.Accounting {
 
 // checkAlerts checks the alert revisions; midway means the range starts
 // after the beginning, so an alert's first revision seen may be any.
-func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record, midway bool) {
+// inputStart is the input's log start per partition: evidence below it
+// was deleted by retention and is not checked.
+func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record, byPos map[int32]map[int64]*kgo.Record, inputStart map[int32]int64, midway bool) {
 	valid := event.NewValidator(fm.decoder(cfg.Topics.Input), event.Options{MaxFutureSkewMs: max(cfg.Rule.MaxFutureSkew.Milliseconds(), 1)})
 	states := map[string]*alertState{}
 	seen := map[string]bool{}
 	cut, omitted := 0, 0 // revisions with evidence left out, and how many events
 	others := map[string]int{}
+	deletedEvidence := 0
 	for _, r := range recs {
 		a, err := fm.decodeAlert(r.Value)
 		if err != nil {
@@ -464,6 +479,10 @@ func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record
 		}
 		for _, e := range a.Evidence {
 			src := byPos[e.Partition][e.Offset]
+			if src == nil && e.Offset >= 0 && e.Offset < inputStart[e.Partition] {
+				deletedEvidence++ // deleted by retention: nothing left to compare
+				continue
+			}
 			if src == nil {
 				rep.violate("alert %s rev %d: evidence %s at %d@%d is not in the input", a.AlertID, a.Revision, e.EventID, e.Partition, e.Offset)
 				continue
@@ -487,6 +506,9 @@ func checkAlerts(rep *Report, cfg config.Config, fm *formats, recs []*kgo.Record
 	}
 	if len(others) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("alert revisions of other rules or rule versions (not checked): %s", countList(others)))
+	}
+	if deletedEvidence > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("evidence: %d samples name input records below the log start of %s (deleted by retention): not checked", deletedEvidence, cfg.Topics.Input))
 	}
 }
 
@@ -624,6 +646,18 @@ func groupPositions(ctx context.Context, o Options) (map[string]map[int32]map[st
 // of its changelog.
 func claimsState(g map[string]map[int32]map[string]int64, topic string, p int32, ns string) bool {
 	return g[topic][p][ns] > 0
+}
+
+// logStarts returns the log start offset of every partition of topic.
+func logStarts(ctx context.Context, o Options, topic string) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Config.Brokers...)}, o.ExtraKgoOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: client: %w", err)
+	}
+	defer cl.Close()
+	return listStarts(ctx, cl, topic)
 }
 
 // readCommitted is ReadCommitted that also returns each partition's log

@@ -248,6 +248,9 @@ func (rc *ruleCheck) evidenceProblem(e alerts.Evidence, key string) string {
 	switch {
 	case purged && rc.repart:
 		return rc.evidenceInSource(e, key)
+	case purged:
+		rc.deletedEvidence++ // deleted by retention: nothing left to compare
+		return ""
 	case r == nil:
 		return "is not in the input"
 	}

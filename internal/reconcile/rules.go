@@ -75,6 +75,12 @@ type ruleCheck struct {
 	// evidence found through the source because the repartition record
 	// was purged, and checked in the repartition topic.
 	viaSource, inRepartition int
+	// deleted counts the dead letters and too-late copies that name an
+	// input record below its partition's log start (deleted by
+	// retention): nothing is left to compare them with.
+	deleted int
+	// deletedEvidence counts the evidence samples that name such a record.
+	deletedEvidence int
 	// group is the changelog positions of the group's committed offsets
 	// (groupPositions).
 	group map[string]map[int32]map[string]int64
@@ -309,6 +315,9 @@ func (rc *ruleCheck) outputs(rd *reader, mine []alertRec, o Options) error {
 	}
 	rc.deadLetters(dlq)
 	rc.tooLate(late)
+	if rc.deleted > 0 {
+		rc.note("%d dead letters and too-late copies name input records below the log start of %s (deleted by retention): not checked", rc.deleted, rc.in.name)
+	}
 	inRange := mine[:0:0]
 	for _, a := range mine {
 		if (o.From.IsZero() || !a.rec.Timestamp.Before(o.From)) && (o.To.IsZero() || a.rec.Timestamp.Before(o.To)) {
@@ -316,6 +325,9 @@ func (rc *ruleCheck) outputs(rd *reader, mine []alertRec, o Options) error {
 		}
 	}
 	rc.alerts(inRange, !o.From.IsZero())
+	if rc.deletedEvidence > 0 {
+		rc.note("evidence: %d samples name input records below the log start of %s (deleted by retention): not checked", rc.deletedEvidence, rc.in.name)
+	}
 	if rc.viaSource > 0 {
 		rc.note("evidence: %d samples checked in %s, %d through the source (their repartition records were purged: matched by event id, key, fields and filter, not by position)",
 			rc.inRepartition, rc.in.name, rc.viaSource)
