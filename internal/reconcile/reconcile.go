@@ -613,9 +613,9 @@ func ReadCommitted(ctx context.Context, seeds []string, topic string, timeout ti
 func groupPositions(ctx context.Context, o Options) (map[string]map[int32]map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Config.Brokers...)}, o.ExtraKgoOpts...)...)
+	cl, err := newClient(o)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: client: %w", err)
+		return nil, err
 	}
 	defer cl.Close()
 	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, o.Config.GroupID)
@@ -648,13 +648,22 @@ func claimsState(g map[string]map[int32]map[string]int64, topic string, p int32,
 	return g[topic][p][ns] > 0
 }
 
+// newClient returns a client of the configuration's brokers.
+func newClient(o Options) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Config.Brokers...)}, o.ExtraKgoOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: client: %w", err)
+	}
+	return cl, nil
+}
+
 // logStarts returns the log start offset of every partition of topic.
 func logStarts(ctx context.Context, o Options, topic string) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Config.Brokers...)}, o.ExtraKgoOpts...)...)
+	cl, err := newClient(o)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: client: %w", err)
+		return nil, err
 	}
 	defer cl.Close()
 	return listStarts(ctx, cl, topic)
