@@ -49,9 +49,14 @@ type Service struct {
 	extra   []kgo.Opt
 	ready   atomic.Bool
 
-	cl   *kgo.Client     // set by Run before the first poll
-	base context.Context // parent of the partitions' contexts (Run's, without its cancellation)
-	wg   sync.WaitGroup  // partition goroutines
+	cl *kgo.Client // set by Run before the first poll
+	// clSet is closed once Run set cl: the client's own goroutines call
+	// back (pinStart, onAssigned, onRevoked, onLost) as soon as the group
+	// is joined, possibly before NewClient returned to Run; they wait on
+	// it before anything that reads cl.
+	clSet chan struct{}
+	base  context.Context // parent of the partitions' contexts (Run's, without its cancellation)
+	wg    sync.WaitGroup  // partition goroutines
 
 	// mu guards parts and each running.committed: the poll loop, the
 	// rebalance callbacks (which BlockRebalanceOnPoll already serialises)
@@ -108,6 +113,7 @@ func New(cfg Config, sinks []Sink, o Options) (*Service, error) {
 		clk:          clock{now: o.Now, after: o.After, rand: o.Rand},
 		parts:        map[int32]*running{},
 		lastFetchErr: map[string]time.Time{},
+		clSet:        make(chan struct{}),
 	}
 	for _, sk := range sinks {
 		r := newSinkRunner(sk, cfg.Retry, cfg.Breaker, s.clk, met, o.Logger)
@@ -163,6 +169,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("deliver: kafka client: %w", err)
 	}
 	s.cl = cl
+	close(s.clSet)
 	s.log.Info("deliver: started", "group", s.cfg.GroupID, "topic", s.cfg.Topics.Alerts, "dlq", s.cfg.Topics.DLQ,
 		"sinks", len(s.runners), "instance", s.cfg.InstanceID)
 	s.ready.Store(true)
@@ -350,6 +357,7 @@ func (s *Service) deadLetter(ctx context.Context, dl DeadLetter) error {
 }
 
 func (s *Service) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	<-s.clSet // its lanes use s.cl
 	ids := assigned[s.cfg.Topics.Alerts]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,6 +387,7 @@ func (s *Service) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 // and started at the end again after the restart, skipping every revision
 // written meanwhile, although the group had joined before them.
 func (s *Service) pinStart(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	<-s.clSet
 	var fresh []int32
 	for id, o := range offsets[s.cfg.Topics.Alerts] {
 		if o.EpochOffset().Offset < 0 { // the reset offset: no commit
@@ -413,6 +422,7 @@ func (s *Service) pinStart(ctx context.Context, offsets map[string]map[int32]kgo
 // onRevoked stops the revoked partitions' lanes (in-flight attempts
 // finish), then commits what they finished, before the partitions move on.
 func (s *Service) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	<-s.clSet
 	ids := revoked[s.cfg.Topics.Alerts]
 	if len(ids) == 0 {
 		return
@@ -424,6 +434,7 @@ func (s *Service) onRevoked(_ context.Context, cl *kgo.Client, revoked map[strin
 // onLost stops the lost partitions' lanes; their offsets cannot be
 // committed any more (the next owner repeats what was not committed).
 func (s *Service) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	<-s.clSet
 	ids := lost[s.cfg.Topics.Alerts]
 	if len(ids) == 0 {
 		return
