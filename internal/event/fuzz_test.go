@@ -38,7 +38,12 @@ func FuzzCheck(f *testing.F) {
 			if err.Reason == ReasonDecodeError && jsonErr == nil && len(value) <= 4096 && validUTF8(value) {
 				t.Fatalf("decode_error (%s) for a JSON object encoding/json reads", err.Detail)
 			}
-			if err.Reason != ReasonDecodeError && jsonErr != nil {
+			// Over MaxBytes a value is too_large without being parsed,
+			// whatever it holds.
+			if err.Reason == ReasonTooLarge && len(value) <= 4096 {
+				t.Fatalf("too_large for a value of %d bytes (MaxBytes 4096)", len(value))
+			}
+			if err.Reason != ReasonDecodeError && err.Reason != ReasonTooLarge && jsonErr != nil {
 				t.Fatalf("%s for a value encoding/json rejects (%v)", err.Reason, jsonErr)
 			}
 			return
