@@ -15,6 +15,7 @@ import (
 	"github.com/vibeline/processor/internal/aggwindow"
 	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/state"
 	"github.com/vibeline/processor/internal/window"
 )
@@ -78,6 +79,12 @@ type part struct {
 	stats   batchStats
 	touched bool
 	lastJob chan struct{} // closed when its last dispatched job finished (Processor.dispatch)
+
+	// env is the filters' view of the record being handled (handle), kept
+	// here rather than on the stack: the rules' filters take it by
+	// pointer into code escape analysis cannot follow, which would
+	// allocate it once per record.
+	env rules.Event
 }
 
 // fwdState is what a source partition's forwarder knows.

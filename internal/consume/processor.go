@@ -883,10 +883,10 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 		}
 		return
 	}
-	env := pipeline.EnvOf(&ev) // the filters' view of the record, built once for every rule
+	pt.env = pipeline.EnvOf(&ev) // the filters' view of the record, built once for every rule
 	for _, rp := range pt.rs {
 		t := rp.t
-		t.stage.ApplyEnv(rp.win, &ev, &env, in, &rp.batchAcct, func(o pipeline.Output) {
+		t.stage.ApplyEnv(rp.win, &ev, &pt.env, in, &rp.batchAcct, func(o pipeline.Output) {
 			var topic string
 			switch o.Kind {
 			case pipeline.Alert:

@@ -57,13 +57,17 @@ func (s *Set) markBucket(ks *keyState, ts int64) {
 	}
 	b := st.markB
 	if s.slot >= len(ks.marks) {
-		ks.marks = append(ks.marks, make([]mark, s.slot+1-len(ks.marks))...)
+		ks.marks = append(ks.marks, make([]marks, s.slot+1-len(ks.marks))...)
 	}
 	m := &ks.marks[s.slot]
-	if m.gen == s.gen && m.bucket == b {
+	if (m.newer.gen == s.gen && m.newer.bucket == b) || (m.older.gen == s.gen && m.older.bucket == b) {
 		return
 	}
-	m.bucket, m.gen = b, s.gen
+	if m.newer.gen != s.gen || b >= m.newer.bucket {
+		m.newer = mark{bucket: b, gen: s.gen}
+	} else {
+		m.older = mark{bucket: b, gen: s.gen}
+	}
 	s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
 }
 

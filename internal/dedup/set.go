@@ -114,11 +114,17 @@ type keyState struct {
 	scheduled bool
 	deleted   bool   // no longer in store.keys (replaced or emptied)
 	dirty     uint64 // the views that list it in their dirty
-	// marks[slot] is the bucket a view last marked dirty, in its
-	// generation gen: most events of a key fall in its newest bucket,
-	// which is then marked once per commit rather than once per event.
-	marks []mark
+	// marks[slot] are the buckets a view last marked dirty, in its
+	// generation gen: most events of a key fall in its newest bucket, and
+	// most expiries in its oldest, each then marked once per commit rather
+	// than once per event.
+	marks []marks
 }
+
+// marks caches the two buckets of a key a view marked dirty last: the
+// newest it marked (new events) and an older one (expiries). One cache
+// for both would alternate between them, a map insert per event.
+type marks struct{ newer, older mark }
 
 type mark struct {
 	bucket int64
