@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // Bucketed persistence. EncodeKey writes all of a key's ids at once: a key
@@ -79,12 +78,7 @@ func (s *Set) DirtyBuckets() []BucketRef {
 	for r := range s.dirtyB {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b BucketRef) int {
-		if c := cmp.Compare(a.Bucket, b.Bucket); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
+	slices.SortFunc(out, cmpRef)
 	return out
 }
 

@@ -103,6 +103,42 @@
 // input's size suggests). The caller then rebuilds the state by replay,
 // never guesses.
 //
+// # Shared bucket value format, version 2
+//
+// The views of one store can persist their ids together (EncodeShared,
+// shared.go): one value per (key, bucket) for all of them, each remembered
+// (ts, event_id) written once with the views that remember it. Views are
+// named by the caller (the rules' "<id>.v<version>"); a loader maps the
+// names to its views and skips names it does not have.
+//
+//	u8       version = 2
+//	uvarint  V, number of view names, 1..64
+//	V x string  name             non-empty, strictly increasing (bytewise)
+//	uvarint  M, number of entries, >= 1
+//	varint   ts[0]
+//	string   id[0]
+//	uvarint  views[0]            bit k set: name k remembers the entry
+//	(M-1) x:
+//	  uvarint  ts[i] - ts[i-1]   >= 0
+//	  string   id[i]
+//	  uvarint  views[i]
+//
+// Entries are strictly increasing by (ts, event_id); an event_id may occur
+// more than once (views that remembered it first at different ts) but a
+// view remembers an event_id at most once; every views value is a
+// non-empty subset of the V names and every name is in some views value.
+// Every ts lies in the bucket that names the value. An id that expired
+// for a view is not written as that view's (as EncodeBucket). Nothing may
+// follow; one encoding per state (the names sorted, the bits following
+// them).
+//
+// Example: "a" at ts 1000 remembered by views x and y, "b" at 1003 by y:
+//
+//	02 02 01 78 01 79   version 2, 2 names: "x", "y"
+//	02                  M = 2
+//	d0 0f 01 61 03      ts 1000, "a", views {x, y}
+//	03 01 62 02         delta 3, "b", views {y}
+//
 // # Costs
 //
 // A Set is a view of a store, which the Sets of several rules over one

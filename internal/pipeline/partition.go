@@ -57,6 +57,12 @@ type Partition struct {
 	// Of a rule with a cooldown: per key, until when no new alert may open
 	// and the alerts whose opening was suppressed (see pass).
 	cool map[string]*coolState
+
+	// Of an aggregating rule: kept is set once a DedupKeeper persists its
+	// dedup set (Dirty then lists no dedup entries); ownDedup are the
+	// names of the dedup entries of its own that it loaded (OwnDedup).
+	kept     bool
+	ownDedup []string
 }
 
 // coolState is one key's cooldown.
@@ -136,13 +142,8 @@ func (s *Stage) NewPartition() *Partition { return s.NewPartitionShared(nil) }
 // dedup, Set.NewView). The zero value (nil) shares nothing.
 type DedupShare map[string]*dedup.Set
 
-// dedupShareKey groups the rules whose dedup sets can share a store: the
-// same horizon (a store has one) and the same watermark strategy, so that
-// their watermarks move together and an id is held no longer than each
-// needs it.
-func (s *Stage) dedupShareKey() string {
-	return fmt.Sprintf("%d %+v", s.c.DedupHorizonMs, s.c.Rule.Watermark)
-}
+// dedupShareKey is DedupShareKey of the stage's rule.
+func (s *Stage) dedupShareKey() string { return DedupShareKey(s.c) }
 
 // NewPartitionShared is NewPartition for a rule that shares its dedup
 // store with the other rules of share over the same input partition (an
@@ -173,16 +174,17 @@ func (s *Stage) NewPartitionShared(share DedupShare) *Partition {
 }
 
 // newDedup returns the rule's dedup Set: a view of share's store for its
-// key, or a Set of its own (then shared under the key).
+// key, or a Set of its own, then shared under the key (also when the
+// key's store is full: the next rules share the new one, DedupGroups).
 func (s *Stage) newDedup(share DedupShare) (*dedup.Set, error) {
 	key := s.dedupShareKey()
 	if base := share[key]; base != nil {
 		if v, err := base.NewView(); err == nil {
 			return v, nil
-		} // more rules than a store takes: this one gets its own
+		} // more rules than a store takes: this one starts another
 	}
 	set, err := dedup.NewBucketed(s.c.DedupHorizonMs, DedupBucketMs(s.c.DedupHorizonMs))
-	if err == nil && share != nil && share[key] == nil {
+	if err == nil && share != nil {
 		share[key] = set
 	}
 	return set, err
@@ -555,8 +557,10 @@ func (w *Partition) Dirty() (names []string, meta bool) {
 	for _, r := range w.agg.DirtyPanes() {
 		names = append(names, paneName(r))
 	}
-	for _, r := range w.dd.DirtyBuckets() {
-		names = append(names, dedupName(r))
+	if !w.kept {
+		for _, r := range w.dd.DirtyBuckets() {
+			names = append(names, dedupName(r))
+		}
 	}
 	w.keys = names
 	return names, meta
@@ -738,7 +742,11 @@ func (w *Partition) LoadKey(name string, data []byte) error {
 		if !ok {
 			return fmt.Errorf("pipeline: state entry %q: a dedup entry name is d, 8 bytes of bucket and the key", name)
 		}
-		return w.dd.LoadBucket(r.Key, r.Bucket, data)
+		if err := w.dd.LoadBucket(r.Key, r.Bucket, data); err != nil {
+			return err
+		}
+		w.ownDedup = append(w.ownDedup, name)
+		return nil
 	}
 	return fmt.Errorf("pipeline: state entry %q: want a name starting with w, p or d", name)
 }

@@ -1,0 +1,266 @@
+package dedup
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+
+	"github.com/vibeline/processor/internal/codec"
+)
+
+// Shared persistence. The views of one store (NewView) can persist their
+// ids each on its own (EncodeBucket, one entry per view and bucket), or
+// together: one entry per (key, bucket) for all of them (EncodeShared),
+// each id written once with the views that remember it, named. Rules that
+// take every event remember the same ids, so shared persistence writes
+// each id once instead of once per rule. The views are named by the
+// caller (a rule's id and version): a view that a later configuration no
+// longer has is dropped at load, and a new one starts with no ids, so the
+// entries stay meaningful while the set of views changes.
+
+// sharedFormatVersion is the first byte of a shared bucket value (doc.go).
+const sharedFormatVersion = 2
+
+// StoreDirtyBuckets returns the (key, bucket) entries changed for any view
+// of s's store since that view's last ClearDirty (the union of their
+// DirtyBuckets), sorted by bucket then key. One whose EncodeShared is nil
+// holds nothing any more: the caller writes a tombstone.
+func (s *Set) StoreDirtyBuckets() []BucketRef {
+	if len(s.st.views) == 1 {
+		return s.DirtyBuckets()
+	}
+	seen := map[BucketRef]struct{}{}
+	for _, v := range s.st.views {
+		maps.Copy(seen, v.dirtyB)
+	}
+	out := slices.AppendSeq(make([]BucketRef, 0, len(seen)), maps.Keys(seen))
+	slices.SortFunc(out, cmpRef)
+	return out
+}
+
+func cmpRef(a, b BucketRef) int {
+	if c := cmp.Compare(a.Bucket, b.Bucket); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key, b.Key)
+}
+
+// Shares reports whether s and o are views of one store.
+func (s *Set) Shares(o *Set) bool { return s.st == o.st }
+
+// Views returns the views of s's store, in the order they were made.
+func (s *Set) Views() []*Set { return slices.Clone(s.st.views) }
+
+// EncodeShared returns the shared encoding (doc.go, shared bucket value)
+// of key's ids with ts in the bucket that any view of s's store remembers
+// (each view as its EncodeBucket would write them: ids that expired for a
+// view are not its), or nil when there is none. names[i] names the view
+// Views()[i]; names must be distinct and non-empty.
+func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
+	st := s.st
+	ks := st.keys[key]
+	if ks == nil || ks.live() == 0 {
+		return nil
+	}
+	es := ks.byTS[ks.head:]
+	lo := bucket * st.bucketMs
+	i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmp.Compare(e.ts, t) })
+	type kept struct {
+		e    entry
+		mask uint64 // views (by slot) that remember e
+	}
+	var ks2 []kept
+	var used uint64
+	for j := i; j < len(es) && s.BucketOf(es[j].ts) == bucket; j++ {
+		e := es[j]
+		var m uint64
+		for b := e.mask; b != 0; b &= b - 1 {
+			v := st.views[bits.TrailingZeros64(b)]
+			if e.ts >= subSat(v.wm, st.h) {
+				m |= v.bit
+			}
+		}
+		if m != 0 {
+			ks2 = append(ks2, kept{e, m})
+			used |= m
+		}
+	}
+	if len(ks2) == 0 {
+		return nil
+	}
+	// The table names the views that remember some id, sorted by name
+	// (one encoding per state); idx maps a slot to its table index.
+	var table []string
+	for b := used; b != 0; b &= b - 1 {
+		table = append(table, names[bits.TrailingZeros64(b)])
+	}
+	slices.Sort(table)
+	idx := make(map[int]uint, len(table))
+	for b := used; b != 0; b &= b - 1 {
+		slot := bits.TrailingZeros64(b)
+		k, _ := slices.BinarySearch(table, names[slot])
+		idx[slot] = uint(k)
+	}
+	size := 1 + 2*binary.MaxVarintLen64
+	for _, n := range table {
+		size += 2 + len(n)
+	}
+	for _, k := range ks2 {
+		size += 4 + len(k.e.id)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, sharedFormatVersion)
+	b = codec.AppendUvarint(b, uint64(len(table)))
+	for _, n := range table {
+		b = codec.AppendString(b, n)
+	}
+	b = codec.AppendUvarint(b, uint64(len(ks2)))
+	var prev int64
+	for j, k := range ks2 {
+		if j == 0 {
+			b = codec.AppendVarint(b, k.e.ts)
+		} else {
+			b = codec.AppendUvarint(b, uint64(k.e.ts)-uint64(prev)) // exact mod 2^64
+		}
+		prev = k.e.ts
+		b = codec.AppendString(b, k.e.id)
+		var m uint64
+		for v := k.mask; v != 0; v &= v - 1 {
+			m |= 1 << idx[bits.TrailingZeros64(v)]
+		}
+		b = codec.AppendUvarint(b, m)
+	}
+	return b
+}
+
+// LoadShared adds the ids of one shared bucket entry (EncodeShared's
+// bytes) to the views that byName names, each as LoadBucket would load its
+// own entry of the bucket (an id a view already remembers from another
+// bucket keeps the later of its two ts; ids that have expired for a view
+// are forgotten at once). Views of the entry that byName does not name
+// (rules no longer configured) are skipped, and the bucket is then marked
+// dirty in s, so that it is rewritten without them (or deleted). Every
+// view of byName must share s's store. On error the set is unchanged.
+func (s *Set) LoadShared(key string, bucket int64, data []byte, byName map[string]*Set) error {
+	table, es, masks, err := decodeShared(data)
+	if err != nil {
+		return fmt.Errorf("dedup: load shared key %q bucket %d: %w", key, bucket, err)
+	}
+	for _, e := range es {
+		if s.BucketOf(e.ts) != bucket {
+			return fmt.Errorf("dedup: load shared key %q bucket %d: %w: ts %d lies in bucket %d", key, bucket, ErrCorrupt, e.ts, s.BucketOf(e.ts))
+		}
+	}
+	for _, v := range byName {
+		if v.st != s.st {
+			return fmt.Errorf("dedup: load shared key %q bucket %d: a view of another store", key, bucket)
+		}
+	}
+	for k, name := range table {
+		v := byName[name]
+		if v == nil {
+			s.dirtyB[BucketRef{key, bucket}] = struct{}{}
+			continue
+		}
+		var mine []entry
+		for j, e := range es {
+			if masks[j]&(1<<k) != 0 {
+				mine = append(mine, e)
+			}
+		}
+		v.load(key, v.settle(key, bucket, mine))
+	}
+	return nil
+}
+
+// decodeShared parses a shared bucket value and checks every rule of the
+// format: the view names, and the entries in order with their masks over
+// the names.
+func decodeShared(data []byte) (table []string, es []entry, masks []uint64, err error) {
+	if len(data) == 0 {
+		return nil, nil, nil, fmt.Errorf("%w: empty (a bucket without ids has no value)", ErrCorrupt)
+	}
+	r := codec.NewReader(data, ErrCorrupt)
+	if err := r.Version(sharedFormatVersion, ErrUnknownVersion); err != nil {
+		return nil, nil, nil, err
+	}
+	v := r.Count("view name", 1)
+	switch {
+	case r.Err() != nil:
+		return nil, nil, nil, r.Err()
+	case v == 0 || v > MaxViews:
+		return nil, nil, nil, fmt.Errorf("%w: %d view names, want 1..%d", ErrCorrupt, v, MaxViews)
+	}
+	table = make([]string, 0, v)
+	for i := range v {
+		n := r.String("view name")
+		if r.Err() != nil {
+			return nil, nil, nil, r.Err()
+		}
+		if n == "" || (i > 0 && n <= table[i-1]) {
+			return nil, nil, nil, fmt.Errorf("%w: view name %d (%q) empty or not after the one before", ErrCorrupt, i, n)
+		}
+		table = append(table, n)
+	}
+	m := r.Count("id", minEntryBytes+1)
+	switch {
+	case r.Err() != nil:
+		return nil, nil, nil, r.Err()
+	case m == 0:
+		return nil, nil, nil, fmt.Errorf("%w: no ids (a bucket without ids has no value)", ErrCorrupt)
+	}
+	es = make([]entry, 0, m)
+	masks = make([]uint64, 0, m)
+	all := uint64(math.MaxUint64)
+	if v < 64 {
+		all = 1<<v - 1
+	}
+	var used uint64
+	views := make(map[string]uint64, m) // per id, the views remembering it
+	for i := range m {
+		var e entry
+		if i == 0 {
+			e.ts = r.Varint("ts")
+		} else {
+			prev := es[i-1].ts
+			delta := r.Uvarint("ts delta")
+			if r.Err() == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
+				r.Fail("entry %d: ts overflows int64", i)
+			}
+			e.ts = prev + int64(delta)
+		}
+		e.id = r.String("event_id")
+		mask := r.Uvarint("views")
+		if r.Err() != nil {
+			break
+		}
+		if i > 0 && cmpEntry(es[i-1], e) >= 0 {
+			r.Fail("entry %d not after entry %d by (ts, event_id)", i, i-1)
+			break
+		}
+		if mask == 0 || mask&^all != 0 {
+			r.Fail("entry %d: views %#x, want a non-empty set of the %d named", i, mask, v)
+			break
+		}
+		if views[e.id]&mask != 0 {
+			r.Fail("event_id %q remembered twice by one view", e.id)
+			break
+		}
+		views[e.id] |= mask
+		used |= mask
+		es = append(es, e)
+		masks = append(masks, mask)
+	}
+	if err := r.Finish(); err != nil {
+		return nil, nil, nil, err
+	}
+	if used != all {
+		return nil, nil, nil, fmt.Errorf("%w: a view name that no id names", ErrCorrupt)
+	}
+	return table, es, masks, nil
+}
