@@ -37,6 +37,11 @@ const (
 	changelogAcct         = "a" // the partition's accounting record, JSON
 	changelogHash         = "h" // the rule's state hash (config.StateHash) when the state was written
 	changelogExtra        = "x" // the partition's extra state (pipeline.Partition.EncodeExtra)
+	// changelogKept names the dedup keeper that persists an aggregating
+	// rule's dedup ids (task.keeper), whose own state then holds none.
+	// Processors before keepers refuse it ("unknown state entry"), rather
+	// than run the rule with no ids.
+	changelogKept = "D"
 )
 
 // DecodeAccounting parses a changelog accounting record.
@@ -66,6 +71,7 @@ type part struct {
 	pkey
 	src *source
 	rs  []*rulePart // one per src.tasks, same order
+	ks  []*rulePart // one per src.keepers, same order: kp set, win nil
 
 	endOffset  int64     // last stable offset at the last fetch
 	restoredAt int64     // the group's committed offset when it was restored (0: none)
@@ -97,13 +103,18 @@ type fwdState struct {
 	sentIdle bool
 }
 
-// rulePart is one rule's state over one input partition.
+// rulePart is one rule's state over one input partition, or a dedup
+// keeper's (kp set, win nil; no accounting, hash or meta of its own).
 type rulePart struct {
 	t      *task
 	win    *pipeline.Partition
+	kp     *pipeline.DedupKeeper
 	target int64 // committed changelog position (next offset)
 	acct   pipeline.Accounting
 	hashOK bool // the committed state carries the rule's hash
+	// keptBy is the keeper the committed state names (changelogKept), ""
+	// before the rule's first commit with a keeper.
+	keptBy string
 	// tombstones are changelog keys of an earlier history, deleted by the
 	// first commit of a partition started from scratch (restorePartition).
 	tombstones [][]byte
@@ -218,6 +229,9 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 			return rp.win.LoadExtra(value)
 		case string(name) == changelogHash:
 			return nil
+		case string(name) == changelogKept:
+			rp.keptBy = string(value)
+			return nil
 		case len(name) > 0 && name[0] == changelogKeyPrefix:
 			return rp.win.LoadKey(string(name[1:]), value)
 		case len(name) > 0 && name[0] == changelogBucketPrefix:
@@ -241,8 +255,78 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w", t.ns, p, err)
 	}
 	rp.hashOK = stored != "" && !legacy // a legacy hash is rewritten at the next commit
+	if rp.keptBy != "" && (t.keeper == nil || rp.keptBy != t.keeper.ns) {
+		want := "none"
+		if t.keeper != nil {
+			want = t.keeper.ns
+		}
+		return nil, fmt.Errorf("consume: load rule %s partition %d: its dedup ids are kept by %s, but this configuration keeps them in %s: run the configuration that wrote the state, or bump the rule's version and replay (processor replay)", t.ns, p, rp.keptBy, want)
+	}
 	rp.win.ClearLoaded()
 	rp.batchAcct = rp.acct
+	return rp, nil
+}
+
+// loadKeeperPart builds a dedup keeper's in-memory state of partition p:
+// it takes over the dedup sets of its member rules (pt.rs, loaded) and
+// loads its entries from its local store, which holds exactly its
+// committed state. The members' own dedup entries, written before they had
+// a keeper, are deleted from their changelogs at the next commit, which
+// writes them into the keeper's.
+func loadKeeperPart(t *task, p int32, pt *part) (*rulePart, error) {
+	members := make([]*pipeline.Partition, len(t.group.Members))
+	names := make([]string, len(t.group.Members))
+	for i, m := range t.group.Members {
+		members[i], names[i] = pt.rs[m].win, pt.rs[m].t.ns
+	}
+	kp, err := pipeline.NewDedupKeeper(members, names)
+	if err != nil {
+		return nil, fmt.Errorf("consume: load dedup keeper %s partition %d: %w", t.ns, p, err)
+	}
+	rp := &rulePart{t: t, kp: kp, chunks: map[string]int{}}
+	if rp.target, _, err = t.store.Checkpoint(p); err != nil {
+		return nil, err
+	}
+	var chunkNames []string
+	named := map[string]bool{}
+	err = t.store.Scan(p, func(name, value []byte) error {
+		if isChunkKey(name) {
+			chunkNames = append(chunkNames, string(name))
+			return nil
+		}
+		if isManifest(value) {
+			v, m, err := joinChunks(name, value, func(key []byte) ([]byte, error) { return t.store.Get(p, key) })
+			if err != nil {
+				return err
+			}
+			value = v
+			rp.chunks[string(name)] = m.count
+			for i := range m.count {
+				named[string(chunkKey(name, i))] = true
+			}
+		}
+		if len(name) == 0 || name[0] != changelogKeyPrefix {
+			return fmt.Errorf("unknown dedup keeper entry %q", name)
+		}
+		return kp.Load(string(name[1:]), value)
+	})
+	for _, c := range chunkNames {
+		if !named[c] {
+			rp.tombstones = append(rp.tombstones, []byte(c))
+		}
+	}
+	if errors.Is(err, dedup.ErrUnknownVersion) {
+		return nil, fmt.Errorf("consume: load dedup keeper %s partition %d: %w; the state was written in a format this processor does not read: run the processor that wrote it, or bump the versions of its rules and replay (processor replay)", t.ns, p, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consume: load dedup keeper %s partition %d: %w", t.ns, p, err)
+	}
+	for _, m := range t.group.Members {
+		mp := pt.rs[m]
+		for _, n := range mp.win.OwnDedup() {
+			mp.tombstones = append(mp.tombstones, append([]byte{changelogKeyPrefix}, n...))
+		}
+	}
 	return rp, nil
 }
 
@@ -259,8 +343,18 @@ func loadPart(src *source, k pkey) (*part, error) {
 		}
 		pt.rs = append(pt.rs, rp)
 	}
+	for _, t := range src.keepers {
+		rp, err := loadKeeperPart(t, k.id, pt)
+		if err != nil {
+			return nil, err
+		}
+		pt.ks = append(pt.ks, rp)
+	}
 	return pt, nil
 }
+
+// all returns the partition's rule parts, then its dedup keepers' parts.
+func (pt *part) all() []*rulePart { return append(slices.Clip(pt.rs), pt.ks...) }
 
 func (rp *rulePart) nextTarget() int64 {
 	if rp.lastCL != nil {
@@ -297,7 +391,8 @@ type clEntry struct {
 	name, value []byte
 }
 
-// changelogEntries sweeps the state of every rule of the partition and
+// changelogEntries sweeps the state of every rule of the partition (and
+// writes its dedup keepers' entries, after them) and
 // returns what the batch changed, in order: per rule the committed values
 // of the keys that records past the committed position wrote (rewrite),
 // the tombstones of an
@@ -309,7 +404,7 @@ type clEntry struct {
 // this partition's state, so partitions are encoded in parallel.
 func (pt *part) changelogEntries() ([]clEntry, error) {
 	var out []clEntry
-	for _, rp := range pt.rs {
+	for _, rp := range pt.all() { // keepers last: after their members' Sweep
 		rp.batchChunks, rp.chunked = nil, 0
 		emit := func(name, value []byte) {
 			had := rp.chunks[string(name)]
@@ -342,6 +437,12 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 		for _, k := range rp.tombstones { // before the entries that may rewrite them
 			out = append(out, clEntry{rp, k, nil})
 		}
+		if rp.kp != nil {
+			for _, n := range rp.kp.Dirty() {
+				emit(append([]byte{changelogKeyPrefix}, n...), rp.kp.Encode(n))
+			}
+			continue
+		}
 		rp.win.Sweep()
 		names, meta := rp.win.Dirty()
 		for _, k := range names {
@@ -358,6 +459,9 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 		}
 		if !rp.hashOK {
 			out = append(out, clEntry{rp, []byte(changelogHash), []byte(stateHashPrefix + rp.t.hash)}) // 66 bytes, read whole (loadRulePart, restorePartition)
+		}
+		if kt := rp.t.keeper; kt != nil && rp.keptBy != kt.ns {
+			out = append(out, clEntry{rp, []byte(changelogKept), []byte(kt.ns)})
 		}
 		acct, err := jsonMarshal(rp.batchAcct)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/vibeline/processor/internal/avro"
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/rules"
@@ -52,19 +55,24 @@ type Options struct {
 	// records (tests in this package: when the records are in the open
 	// batch).
 	afterJob func(n int)
+	// noKeepers plans no dedup keepers: each aggregating rule persists
+	// its own dedup ids, as processors before keepers did (tests in this
+	// package: the state an upgrade starts from).
+	noKeepers bool
 }
 
 // Processor is one running instance of the processor.
 type Processor struct {
-	cfg      config.Config
-	log      *slog.Logger
-	met      *metrics.Metrics
-	now      func() time.Time
-	extra    []kgo.Opt
-	onCmt    func()
-	abortFn  func() bool
-	afterJob func(n int)
-	workers  int // partitions processed in parallel
+	cfg       config.Config
+	log       *slog.Logger
+	met       *metrics.Metrics
+	now       func() time.Time
+	extra     []kgo.Opt
+	onCmt     func()
+	abortFn   func() bool
+	afterJob  func(n int)
+	noKeepers bool // Options.noKeepers
+	workers   int  // partitions processed in parallel
 
 	// The open batch's partition jobs (dispatch): jobs counts the
 	// unfinished ones, running bounds the ones that run at once (workers),
@@ -74,6 +82,7 @@ type Processor struct {
 	queued  chan struct{}
 
 	tasks   []*task            // one per rule
+	keepers []*task            // dedup keepers of the rules' dedup groups (planKeepers)
 	sources map[string]*source // by subscribed topic
 	topics  []string           // subscribed topics, sorted
 	primary string             // the first rule's source: its partitions are labelled by number alone
@@ -159,7 +168,21 @@ type task struct {
 	dlq     string
 	late    string
 	enc     *avro.AlertEncoder // Avro alerts: set by Run before any record
+
+	// keeper is the dedup keeper of an aggregating rule (the task that
+	// persists the dedup store the rule shares with the other rules of its
+	// DedupGroup), nil for a sliding rule.
+	keeper *task
+	// Of a dedup keeper task (rule nil): its group over the input topic,
+	// the member rules' tasks (in the order of src.tasks) and their
+	// indexes in src.tasks, and the source topic its changelog mirrors.
+	group   pipeline.DedupGroup
+	members []*task
+	like    string
 }
+
+// isKeeper reports whether t is a dedup keeper (not a rule).
+func (t *task) isKeeper() bool { return t.rule == nil }
 
 // source is one subscribed topic: the rules whose state it feeds, the
 // repartitioned rules it feeds through their repartition topics, and the
@@ -168,6 +191,7 @@ type source struct {
 	topic    string
 	check    *pipeline.Stage // decodes and validates the topic's records
 	tasks    []*task         // rules whose state this topic feeds
+	keepers  []*task         // dedup keepers of those rules (planKeepers)
 	forwards []*task         // repartitioned rules fed from this topic
 	dlqs     []string        // distinct dead-letter topics of tasks and forwards
 	// dlqRules is, per dlqs topic, the dlq.rules value of the letters
@@ -206,6 +230,7 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		onCmt:      o.OnCommit,
 		abortFn:    o.AbortBatch,
 		afterJob:   o.afterJob,
+		noKeepers:  o.noKeepers,
 		workers:    runtime.GOMAXPROCS(0),
 		running:    make(chan struct{}, runtime.GOMAXPROCS(0)),
 		queued:     make(chan struct{}, 4*runtime.GOMAXPROCS(0)),
@@ -336,8 +361,62 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 	}
 	p.primary = rs[0].Rule.Source
 	slices.Sort(p.topics)
+	for _, topic := range p.topics {
+		if !p.noKeepers {
+			p.planKeepers(p.sources[topic])
+		}
+	}
 	return nil
 }
+
+// planKeepers gives each dedup group of a source's aggregating rules
+// (pipeline.DedupGroups) a keeper task: the rules of a group share one
+// dedup store per input partition, which the keeper persists once for all
+// of them in a changelog and local store of its own, instead of each rule
+// persisting a copy (docs/ARCHITECTURE.md, "Dedup keepers"). Its name
+// depends only on the input topic, the group's share key and chunk, so it
+// stays the same while rules join and leave the group.
+func (p *Processor) planKeepers(src *source) {
+	stages := make([]*pipeline.Stage, len(src.tasks))
+	for i, t := range src.tasks {
+		stages[i] = t.stage
+	}
+	for _, g := range pipeline.DedupGroups(stages) {
+		id := KeeperID(src.topic, g)
+		kt := &task{
+			group: g,
+			ns:    keeperNS(id),
+			input: src.topic,
+			cl:    fmt.Sprintf("%s.dedup-%s.changelog", p.cfg.GroupID, id),
+			dir:   filepath.Join(p.cfg.StateDir, "dedup-"+id),
+			like:  src.tasks[g.Members[0]].rule.Rule.Source,
+		}
+		for _, i := range g.Members {
+			kt.members = append(kt.members, src.tasks[i])
+			src.tasks[i].keeper = kt
+		}
+		src.keepers = append(src.keepers, kt)
+		p.keepers = append(p.keepers, kt)
+	}
+}
+
+// KeeperID names the dedup keeper of group g of the rules reading topic:
+// 16 hex digits of a SHA-256 of the topic, the group's share key and
+// chunk.
+func KeeperID(topic string, g pipeline.DedupGroup) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", topic, g.Key, g.Chunk))
+	return hex.EncodeToString(h[:8])
+}
+
+// keeperNS is a keeper's name in commit metadata: "~" is not in a rule id,
+// so it never equals a rule's "<id>.v<version>".
+func keeperNS(id string) string { return "~dedup-" + id }
+
+// keeperNSBytes is the length of a keeper's name in commit metadata.
+const keeperNSBytes = len("~dedup-") + 16
+
+// allTasks returns the rules' tasks, then the dedup keepers'.
+func (p *Processor) allTasks() []*task { return append(slices.Clip(p.tasks), p.keepers...) }
 
 // MaxCommitMetadataBytes is Kafka's default offset.metadata.max.bytes: the
 // largest commit metadata a broker accepts unless configured otherwise.
@@ -355,6 +434,7 @@ const MaxCommitMetadataBytes = 4096
 func CheckCommitMetadata(rs []*rules.Compiled) error {
 	need := map[string]int{}
 	ids := map[string][]string{}
+	aggs := map[[2]string]int{} // aggregating rules per (topic, dedup share key)
 	var topics []string
 	for _, r := range rs {
 		topic := r.Rule.Source
@@ -368,6 +448,15 @@ func CheckCommitMetadata(rs []*rules.Compiled) error {
 		ns := fmt.Sprintf("%s.v%d", r.Rule.ID, r.Rule.Version)
 		need[topic] += len(" ") + len(ns) + len("=") + 19 // 19: the longest int64
 		ids[topic] = append(ids[topic], r.Rule.ID)
+		if r.Rule.Window.Type != rules.Sliding {
+			// An aggregating rule's dedup keeper (planKeepers): one per
+			// pipeline.DedupGroup, that is per share key and MaxViews rules.
+			k := [2]string{topic, pipeline.DedupShareKey(r)}
+			if aggs[k]%dedup.MaxViews == 0 {
+				need[topic] += len(" ") + keeperNSBytes + len("=") + 19
+			}
+			aggs[k]++
+		}
 	}
 	for _, topic := range topics {
 		if n := need[topic]; n > MaxCommitMetadataBytes {
@@ -473,7 +562,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 			markers[t.input] = true
 		}
 	}
-	for _, t := range p.tasks {
+	for _, t := range p.allTasks() {
 		st, err := state.Open(t.dir, p.log)
 		if err != nil {
 			return err
@@ -529,6 +618,13 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		p.log.Info("processor rule", "rule", t.rule.Rule.ID, "rule_version", t.rule.Rule.Version, "hash", t.hash[:16],
 			"input", t.input, "source", t.rule.Rule.Source, "changelog", t.cl, "alerts", t.alerts)
 	}
+	for _, t := range p.keepers {
+		names := make([]string, len(t.members))
+		for i, m := range t.members {
+			names[i] = m.ns
+		}
+		p.log.Info("processor dedup keeper", "keeper", t.ns, "input", t.input, "changelog", t.cl, "rules", names)
+	}
 	p.log.Info("processor started", "group", p.cfg.GroupID, "instance", p.cfg.InstanceID,
 		"mode", p.cfg.Mode, "topics", p.topics, "rules", len(p.tasks))
 	if p.gate != nil {
@@ -576,6 +672,9 @@ func (p *Processor) wantTopics() []wantTopic {
 		add(wantTopic{name: t.alerts, like: src})
 		add(wantTopic{name: t.dlq, like: src})
 		add(wantTopic{name: t.late, like: src})
+	}
+	for _, t := range p.keepers {
+		add(wantTopic{name: t.cl, like: t.like, mirror: true, configs: changelogConfigs})
 	}
 	return want
 }
@@ -1060,7 +1159,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		return nil
 	}
 	for _, pt := range p.batch {
-		for _, rp := range pt.rs {
+		for _, rp := range pt.all() {
 			if b := batches[rp.t]; b != nil {
 				if err := b.SetCheckpoint(pt.id, rp.nextTarget()); err != nil {
 					discard()
@@ -1072,14 +1171,15 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 	// One Pebble store per rule: their batches commit in parallel (a
 	// restore compares each store's checkpoint with the committed offsets,
 	// so a crash may leave any subset of them written).
-	commitErrs := make([]error, len(p.tasks))
-	p.parallel(len(p.tasks), func(i int) {
-		if b := batches[p.tasks[i]]; b != nil {
+	all := p.allTasks()
+	commitErrs := make([]error, len(all))
+	p.parallel(len(all), func(i int) {
+		if b := batches[all[i]]; b != nil {
 			commitErrs[i] = b.Commit()
 		}
 	})
 	if err := errors.Join(commitErrs...); err != nil {
-		for i, t := range p.tasks {
+		for i, t := range all {
 			if b := batches[t]; b != nil && commitErrs[i] != nil {
 				b.Discard() // a failed Commit did not close it
 			}
@@ -1098,9 +1198,19 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			rp.acct = rp.batchAcct
 			rp.lastCL = nil
 			rp.hashOK = true
+			if rp.t.keeper != nil {
+				rp.keptBy = rp.t.keeper.ns
+			}
 			rp.tombstones, rp.rewrite = nil, nil
 			rp.commitChunks()
 			rp.win.ClearDirty()
+		}
+		for _, rp := range pt.ks {
+			rp.target = rp.nextTarget()
+			rp.lastCL = nil
+			rp.tombstones, rp.rewrite = nil, nil
+			rp.commitChunks()
+			rp.kp.ClearDirty()
 		}
 		pt.touched = false
 		lbl := p.label(pt.pkey)
@@ -1231,8 +1341,8 @@ func (p *Processor) purgeRepartitions(ctx context.Context) {
 // single rule, does not say whose position it is, so a version change
 // would read it as the new version's (restored into the wrong changelog).
 func (pt *part) meta() string {
-	pos := make(map[string]int64, len(pt.rs))
-	for _, rp := range pt.rs {
+	pos := make(map[string]int64, len(pt.rs)+len(pt.ks))
+	for _, rp := range pt.all() {
 		pos[rp.t.ns] = rp.nextTarget()
 	}
 	return txn.EncodePositions(pos)
@@ -1356,6 +1466,10 @@ func (p *Processor) reloadAll() error {
 		for i, rp := range n.rs {
 			rp.tombstones = pt.rs[i].tombstones // not committed yet
 			rp.rewrite = pt.rs[i].rewrite
+		}
+		for i, rp := range n.ks {
+			rp.tombstones = pt.ks[i].tombstones
+			rp.rewrite = pt.ks[i].rewrite
 		}
 		p.parts[k] = n
 	}
@@ -1592,6 +1706,47 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				}
 			}
 		}
+		for _, t := range src.keepers {
+			// A dedup keeper: at the position the group's commit names,
+			// or, without one (its first commit, the processor before it
+			// ran the group, or a tool reset the offsets), from empty state
+			// at its changelog's end, the history deleted at the first
+			// commit. Never resumed at the end without a position: under
+			// at_least_once that could hold ids of an aborted batch. Its
+			// members' dedup ids then come from their own entries (written
+			// before keepers) or are none (checked after the load).
+			target, has := pos[t.ns]
+			if has {
+				hw, err := t.restore.highWater(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				if target > hw {
+					return p.fail(fmt.Errorf("%w: dedup keeper %s, partition %s/%d: the committed offset's state is at changelog position %d, but %s/%d ends at %d: the changelog topic was deleted, recreated or truncated; restore it, or bump the versions of its rules and replay (docs/RUNBOOK.md, \"Replay after a rule change\")",
+						errFatal, t.ns, k.topic, k.id, target, t.cl, k.id, hw))
+				}
+			} else {
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				target = end
+			}
+			old, err := p.restorePartition(ctx, t, k.id, target, !has)
+			if err != nil {
+				return p.fail(err)
+			}
+			scratch[t] = old
+			if has {
+				end, err := t.restore.end(ctx, k.id)
+				if err != nil {
+					return p.fail(err)
+				}
+				if past[t], err = keysPast(ctx, t.restore, k.id, target, end); err != nil {
+					return p.fail(err)
+				}
+			}
+		}
 		pt, err := loadPart(src, k)
 		if err != nil {
 			// Not a Kafka hiccup: state that cannot be loaded (or belongs
@@ -1648,9 +1803,22 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				return p.fail(fmt.Errorf("%w: %w", errFatal, err))
 			}
 		}
-		for _, rp := range pt.rs {
+		for _, rp := range pt.all() {
 			rp.tombstones = append(rp.tombstones, scratch[rp.t]...) // after orphan chunks (loadRulePart)
 			rp.rewrite = past[rp.t]
+		}
+		for _, kp := range pt.ks {
+			if _, has := pos[kp.t.ns]; has {
+				continue
+			}
+			// Started empty: a member whose committed state says the
+			// keeper holds its ids would run without them.
+			for _, m := range kp.t.group.Members {
+				if rp := pt.rs[m]; rp.keptBy != "" {
+					return p.fail(fmt.Errorf("%w: rule %s, partition %s/%d: its dedup ids are kept by %s, but the group's committed offset names no position of it (the offsets were reset by a tool, or committed by another configuration): bump the rule's version and replay (processor replay)",
+						errFatal, rp.t.ns, k.topic, k.id, kp.t.ns))
+				}
+			}
 		}
 		pt.restoredAt = max(co.offset, 0)
 		if len(src.forwards) > 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/sim"
 )
 
@@ -124,38 +125,13 @@ func TestSeveralRulesMatchReference(t *testing.T) {
 	waitRepartitioned(t, seeds, cfg.GroupID, cfg.RepartitionFor(rs[3]))
 	in.stop(t)
 
-	// The reference of the in-place rules, topic by topic.
-	want := map[string][]string{}
-	dlqDone := map[string]bool{}
-	var peakStage *pipeline.Stage
 	// The dead letters name every rule of the source, the repartitioned one
 	// too (its letters of the source are these).
 	named := pipeline.DeadLetterRules(rs, "vibration.events", "vibration.events.dlq")
 	if string(named) != "episode@1,sensor-peak@1,vibration-avg@1,vibration-high@1" {
 		t.Fatalf("dlq.rules of the source's letters: %q", named)
 	}
-	for _, r := range rs {
-		st, err := pipeline.NewRuleStage(r, pipeline.Options{DeadLetterRules: named})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Rule.Repartitioned() {
-			peakStage = st
-			continue
-		}
-		ref, _ := refOutputs(st, log)
-		for _, o := range ref {
-			topic := map[pipeline.Kind]string{pipeline.Alert: r.Rule.Outputs.Alerts, pipeline.DeadLetter: r.Rule.Outputs.DLQ, pipeline.TooLate: r.Rule.Outputs.Late}[o.Kind]
-			if o.Kind == pipeline.DeadLetter && dlqDone[topic] {
-				continue
-			}
-			want[topic] = append(want[topic], string(o.Key)+"|"+pipeline.Fingerprint(o.Value, o.Headers))
-		}
-		dlqDone[r.Rule.Outputs.DLQ] = true
-	}
-	for _, v := range want {
-		slices.Sort(v)
-	}
+	want, peakStage := refFingerprints(t, rs, log, named)
 	topics := []string{"vibration.alerts", "vibration.avg.alerts", "vibration.episodes", "vibration.events.dlq", "vibration.events.late"}
 	got := fingerprints(readAll(t, seeds, topics...))
 	for _, topic := range topics {
@@ -242,6 +218,39 @@ func TestSeveralRulesMatchReference(t *testing.T) {
 		}
 		return m
 	}(), len(gotLast))
+}
+
+// refFingerprints is the reference output of the in-place rules of rs over
+// the log, topic by topic as sorted fingerprints (each dead letter once per
+// topic), and the stage of the repartitioned rule among them (nil if none).
+func refFingerprints(t *testing.T, rs []*rules.Compiled, log pipeline.Log, named []byte) (map[string][]string, *pipeline.Stage) {
+	t.Helper()
+	want := map[string][]string{}
+	dlqDone := map[string]bool{}
+	var repart *pipeline.Stage
+	for _, r := range rs {
+		st, err := pipeline.NewRuleStage(r, pipeline.Options{DeadLetterRules: named})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Rule.Repartitioned() {
+			repart = st
+			continue
+		}
+		ref, _ := refOutputs(st, log)
+		for _, o := range ref {
+			topic := map[pipeline.Kind]string{pipeline.Alert: r.Rule.Outputs.Alerts, pipeline.DeadLetter: r.Rule.Outputs.DLQ, pipeline.TooLate: r.Rule.Outputs.Late}[o.Kind]
+			if o.Kind == pipeline.DeadLetter && dlqDone[topic] {
+				continue
+			}
+			want[topic] = append(want[topic], string(o.Key)+"|"+pipeline.Fingerprint(o.Value, o.Headers))
+		}
+		dlqDone[r.Rule.Outputs.DLQ] = true
+	}
+	for _, v := range want {
+		slices.Sort(v)
+	}
+	return want, repart
 }
 
 // refOutputs runs a stage over the log, partition by partition. For a

@@ -53,6 +53,12 @@
 //
 // # Persistence
 //
+// A view persists its ids on its own (Dirty and EncodeKey, or with
+// NewBucketed DirtyBuckets and EncodeBucket), or together with the other
+// views of its store (StoreDirtyBuckets, EncodeShared and LoadShared,
+// shared.go: one value per key and bucket for all of them, the union of
+// what the views' ClearDirty clears). On its own:
+//
 // Dirty lists the keys whose value changed since ClearDirty (a non-duplicate
 // remembered, ids expired, the key deleted). At commit the caller writes
 // EncodeKey(key) for each, a nil value meaning "delete the key" (a

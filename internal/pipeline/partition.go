@@ -31,7 +31,9 @@ import (
 // aggregating rule are "w" + key (package aggwindow's key encoding), "p" +
 // 8-byte pane start + key (its pane encoding, tumbling and hopping windows,
 // see paneName) and "d" + 8-byte bucket + key (package dedup's bucketed
-// encoding, see dedupName).
+// encoding, see dedupName), the last only while no DedupKeeper persists
+// the rule's dedup set (keeper.go): a keeper writes entries of those names
+// for all the rules of its group, and the rule none.
 type Partition struct {
 	// What every record reads comes first (one cache line).
 	filter *rules.Filter

@@ -1,0 +1,249 @@
+package consume
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/vibeline/processor/internal/kafkatest"
+	"github.com/vibeline/processor/internal/metrics"
+	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/txn"
+)
+
+// Two aggregating rules that take (almost) every event, sharing one dedup
+// store and so one keeper, beside a sliding rule, which has none.
+const keeperRules = `rules:
+  - id: vibration-high
+    version: 1
+    description: high-vibration events
+    source: vibration.events
+    filter: value >= 7.1 && quality == "good"
+    window: {type: sliding, size: 2m}
+    threshold: count >= 3
+    outputs: {alerts: vibration.alerts}
+  - id: machine-max
+    version: 1
+    description: vibration events
+    source: vibration.events
+    window: {type: tumbling, size: 1m}
+    aggregate: {fn: max}
+    threshold: agg >= 9
+    outputs: {alerts: machine.max.alerts}
+  - id: machine-avg
+    version: 1
+    description: good events
+    source: vibration.events
+    filter: quality == "good"
+    window: {type: tumbling, size: 1m}
+    aggregate: {fn: avg}
+    threshold: agg > 4 && count >= 10
+    outputs: {alerts: machine.avg.alerts}
+`
+
+// latest returns the latest value of each record key of a topic (nil: a
+// tombstone), per partition.
+func latest(recs []*kgo.Record) map[int32]map[string][]byte {
+	m := map[int32]map[string][]byte{}
+	for _, r := range recs {
+		if m[r.Partition] == nil {
+			m[r.Partition] = map[string][]byte{}
+		}
+		m[r.Partition][string(r.Key)] = r.Value
+	}
+	return m
+}
+
+// TestUpgradeToDedupKeepers: state written before dedup keepers (each
+// aggregating rule its own dedup entries) is taken over by the rules'
+// keeper at the first commit: the keeper's changelog then holds the ids,
+// the rules' changelogs none (tombstoned) and the keeper's name
+// (changelogKept); redeliveries of records read before the upgrade are
+// duplicates, and after aborts, restarts and a restore from the changelogs
+// alone (state directory deleted) every output and accounting record
+// matches the reference.
+func TestUpgradeToDedupKeepers(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "k")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", keeperRules)
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := pipeline.Log{}
+	recs := simRecords(8000, 17)
+	produce(t, seeds, cfg.Topics.Input, recs[:4000], log)
+	in := start(t, cfg, Options{noKeepers: true})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	ownDedup := func(topic string) int {
+		n := 0
+		for _, kv := range latest(readAll(t, seeds, topic)) {
+			for k, v := range kv {
+				if strings.HasPrefix(k, "kd") && v != nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for _, r := range rs[1:] {
+		if n := ownDedup(cfg.ChangelogFor(r)); n == 0 {
+			t.Fatalf("before keepers, rule %s wrote no dedup entry of its own: the fixture proves nothing", r.Rule.ID)
+		}
+	}
+
+	n := 0
+	abort := func() bool { n++; return n%3 == 0 }
+	in = start(t, cfg, Options{AbortBatch: abort})
+	// Redeliveries of records the rules read before the upgrade, then new
+	// records.
+	produce(t, seeds, cfg.Topics.Input, recs[3000:4000], log)
+	produce(t, seeds, cfg.Topics.Input, recs[4000:6000], log)
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	if err := os.RemoveAll(cfg.StateDir); err != nil {
+		t.Fatal(err)
+	}
+	in = start(t, cfg, Options{AbortBatch: abort})
+	// Redelivered again, from before the upgrade (ids the keeper took
+	// over from the rules' own entries) and from after it.
+	produce(t, seeds, cfg.Topics.Input, recs[2000:2500], log)
+	produce(t, seeds, cfg.Topics.Input, recs[5000:5500], log)
+	produce(t, seeds, cfg.Topics.Input, recs[6000:], log)
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+
+	// The layout: one keeper for the two aggregating rules.
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, Options{Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.keepers) != 1 || len(p.keepers[0].members) != 2 {
+		t.Fatalf("keepers %v, want one of the two aggregating rules", p.keepers)
+	}
+	kt := p.keepers[0]
+	for _, r := range rs[1:] {
+		if n := ownDedup(cfg.ChangelogFor(r)); n != 0 {
+			t.Errorf("rule %s: %d dedup entries of its own left after the upgrade", r.Rule.ID, n)
+		}
+		for part, kv := range latest(readAll(t, seeds, cfg.ChangelogFor(r))) {
+			if string(kv[changelogKept]) != kt.ns {
+				t.Errorf("rule %s partition %d: kept by %q, want %q", r.Rule.ID, part, kv[changelogKept], kt.ns)
+			}
+		}
+	}
+	if n := ownDedup(kt.cl); n == 0 {
+		t.Errorf("the keeper's changelog %s holds no dedup entry", kt.cl)
+	}
+
+	named := pipeline.DeadLetterRules(rs, "vibration.events", "vibration.events.dlq")
+	want, _ := refFingerprints(t, rs, log, named)
+	topics := []string{"vibration.alerts", "machine.max.alerts", "machine.avg.alerts", "vibration.events.dlq", "vibration.events.late"}
+	got := fingerprints(readAll(t, seeds, topics...))
+	for _, topic := range topics {
+		if len(want[topic]) == 0 && topic != "vibration.events.late" {
+			t.Errorf("the reference has no record on %s: the fixture proves nothing there", topic)
+		}
+		if !slices.Equal(got[topic], want[topic]) {
+			t.Errorf("%s: %d records, want %d (reference)", topic, len(got[topic]), len(want[topic]))
+		}
+	}
+	for _, r := range rs[1:] {
+		st, err := pipeline.NewRuleStage(r, pipeline.Options{DeadLetterRules: named})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, wantAcct := refOutputs(st, log)
+		var gotAcct pipeline.Accounting
+		for _, kv := range latest(readAll(t, seeds, cfg.ChangelogFor(r))) {
+			a, err := DecodeAccounting(kv[changelogAcct])
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotAcct.Records += a.Records
+			gotAcct.Duplicate += a.Duplicate
+			gotAcct.Processed += a.Processed
+		}
+		if wantAcct.Duplicate < 2000 {
+			t.Errorf("rule %s: the reference counts %d duplicates, want at least the 2000 redeliveries of this test", r.Rule.ID, wantAcct.Duplicate)
+		}
+		if gotAcct.Records != wantAcct.Records || gotAcct.Duplicate != wantAcct.Duplicate || gotAcct.Processed != wantAcct.Processed {
+			t.Errorf("rule %s: records/duplicates/processed %d/%d/%d, want %d/%d/%d", r.Rule.ID,
+				gotAcct.Records, gotAcct.Duplicate, gotAcct.Processed, wantAcct.Records, wantAcct.Duplicate, wantAcct.Processed)
+		}
+	}
+}
+
+// TestKeeperWithoutItsPositionIsRefused: group offsets committed without
+// the dedup keeper's changelog position (a tool rewrote them) while the
+// rules' state says the keeper holds their ids stop the processor with the
+// reason, rather than run the rules with no ids.
+func TestKeeperWithoutItsPositionIsRefused(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "nopos")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", keeperRules)
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, simRecords(2000, 3), log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	fetched, err := adm.FetchOffsets(context.Background(), cfg.GroupID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs kadm.Offsets
+	fetched.Each(func(o kadm.OffsetResponse) {
+		pos, ok := txn.DecodePositions(o.Metadata)
+		if !ok {
+			t.Fatalf("partition %d: commit metadata %q", o.Partition, o.Metadata)
+		}
+		dropped := false
+		for ns := range pos {
+			if strings.HasPrefix(ns, "~dedup-") {
+				delete(pos, ns)
+				dropped = true
+			}
+		}
+		if !dropped {
+			t.Fatalf("partition %d: no keeper position in %q", o.Partition, o.Metadata)
+		}
+		o.Offset.Metadata = txn.EncodePositions(pos)
+		offs.Add(o.Offset)
+	})
+	resp, err := adm.CommitOffsets(context.Background(), cfg.GroupID, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	in = start(t, cfg, Options{})
+	select {
+	case err := <-in.done:
+		if err == nil || !strings.Contains(err.Error(), "names no position of it") {
+			t.Fatalf("Run returned %v, want the keeper's position named as missing", err)
+		}
+	case <-time.After(30 * time.Second):
+		in.cancel()
+		t.Fatal("the processor still runs after 30s")
+	}
+}
