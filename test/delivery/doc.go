@@ -6,9 +6,12 @@
 //   - outage_test.go: a receiver answers 503, then refuses connections,
 //     then recovers: every revision arrives exactly once at a receiver that
 //     honours Idempotency-Key, in order per machine; aborted alerts never.
-//   - slow_test.go: a receiver taking 200 ms per request: the core
-//     processor's throughput, measured in the same test with and without
-//     the delivery stage running, stays within 20%; the delivery lag grows.
+//   - slow_test.go: a receiver that holds every request unanswered (the
+//     delivery stage stuck, its buffers full): the core processor still
+//     processes and commits the whole input and the same alerts as without
+//     the stage, while the stage delivers nothing and its lag is the whole
+//     alerts topic. Nothing is timed; BenchmarkSlowReceiver measures the
+//     core's throughput with and without a busy stage (200 ms receiver).
 //   - reject_test.go: a receiver rejecting one alert with 422: its
 //     revisions are in the delivery DLQ with the reason, all others
 //     delivered.

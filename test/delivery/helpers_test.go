@@ -37,19 +37,19 @@ const (
 
 // newCluster starts an in-process Kafka cluster on 127.0.0.1 with the
 // given topics (3 partitions each).
-func newCluster(t *testing.T, topics ...string) []string {
+func newCluster(t testing.TB, topics ...string) []string {
 	t.Helper()
 	return kafkatest.Cluster(t, partitions, topics...).ListenAddrs()
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
@@ -194,16 +194,17 @@ func expectedOrder(batches ...[]revision) map[string][]string {
 // receiver is a webhook receiver on a real 127.0.0.1 port that honours
 // Idempotency-Key: a key it already accepted is answered 200 again and
 // counted as a repeat, never processed twice. It can be made unavailable
-// (503), down (the listener closed: connections are refused), slow, or
-// reject chosen alert ids with 422.
+// (503), down (the listener closed: connections are refused), slow, stuck
+// (holding every request unanswered), or reject chosen alert ids with 422.
 type receiver struct {
-	t    *testing.T
+	t    testing.TB
 	addr string
 
 	mu       sync.Mutex
 	srv      *http.Server
 	status   int           // 0: accept; else answer with this status
 	delay    time.Duration // before answering
+	hold     chan struct{} // non-nil: answer only once it is closed (holdRequests)
 	reject   map[string]bool
 	accepted map[string]int      // key -> accepted count (1 + repeats)
 	order    map[string][]string // machine -> keys in first-acceptance order
@@ -214,7 +215,7 @@ type receiver struct {
 	secret   []byte
 }
 
-func newReceiver(t *testing.T) *receiver {
+func newReceiver(t testing.TB) *receiver {
 	t.Helper()
 	r := &receiver{t: t, reject: map[string]bool{}, accepted: map[string]int{}, order: map[string][]string{}, answered: map[int]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -289,7 +290,7 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 	}
 	key := req.Header.Get("Idempotency-Key")
 	r.mu.Lock()
-	delay, status, reject := r.delay, r.status, r.reject[a.AlertID]
+	delay, hold, status, reject := r.delay, r.hold, r.status, r.reject[a.AlertID]
 	r.requests++
 	if r.secret != nil && req.Header.Get("X-Signature-SHA256") != deliver.Sign(r.secret, body) {
 		r.badSig++
@@ -297,6 +298,13 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 	r.mu.Unlock()
 	if delay > 0 {
 		time.Sleep(delay)
+	}
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-req.Context().Done(): // the client gave up: nothing to answer
+			return
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -317,6 +325,50 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.order[a.MachineID] = append(r.order[a.MachineID], key)
+}
+
+// holdRequests makes the receiver hold every request from now on without
+// answering it, until release is called (a stuck sink); release answers
+// the held requests as usual and ends the holding.
+func (r *receiver) holdRequests() (release func()) {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	r.hold = ch
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			r.hold = nil
+			r.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// requested returns how many requests the receiver has received
+// (answered or not).
+func (r *receiver) requested() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests
+}
+
+// waitRequested waits until the receiver has received at least n
+// requests.
+func (r *receiver) waitRequested(t testing.TB, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := r.requested()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver received %d requests within %s, want >= %d", got, timeout, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // snapshot returns copies of the receiver's counters.
@@ -361,7 +413,7 @@ func (r *receiver) waitAccepted(t *testing.T, timeout time.Duration, revs ...[]r
 }
 
 // waitAnswered waits until the receiver answered status at least n times.
-func (r *receiver) waitAnswered(t *testing.T, status, n int, timeout time.Duration) {
+func (r *receiver) waitAnswered(t testing.TB, status, n int, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -409,7 +461,7 @@ type stage struct {
 }
 
 // startStage runs a delivery Service in-process until the test ends.
-func startStage(t *testing.T, cfg deliver.Config) *stage {
+func startStage(t testing.TB, cfg deliver.Config) *stage {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -430,7 +482,7 @@ func startStage(t *testing.T, cfg deliver.Config) *stage {
 	return s
 }
 
-func (s *stage) stop(t *testing.T) {
+func (s *stage) stop(t testing.TB) {
 	t.Helper()
 	if s.cancel == nil {
 		return
@@ -448,7 +500,7 @@ func (s *stage) stop(t *testing.T) {
 }
 
 // metric sums the values of the series of name whose labels include want.
-func metric(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
+func metric(t testing.TB, g prometheus.Gatherer, name string, want map[string]string) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
