@@ -100,11 +100,11 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 		table = append(table, names[bits.TrailingZeros64(b)])
 	}
 	slices.Sort(table)
-	idx := make(map[int]uint, len(table))
+	var idx [MaxViews]uint8
 	for b := used; b != 0; b &= b - 1 {
 		slot := bits.TrailingZeros64(b)
 		k, _ := slices.BinarySearch(table, names[slot])
-		idx[slot] = uint(k)
+		idx[slot] = uint8(k)
 	}
 	size := 1 + 2*binary.MaxVarintLen64
 	for _, n := range table {
