@@ -173,16 +173,13 @@ type task struct {
 	// persists the dedup store the rule shares with the other rules of its
 	// DedupGroup), nil for a sliding rule.
 	keeper *task
-	// Of a dedup keeper task (rule nil): its group over the input topic,
-	// the member rules' tasks (in the order of src.tasks) and their
-	// indexes in src.tasks, and the source topic its changelog mirrors.
+	// Of a dedup keeper task (rule nil): its group over the input topic
+	// (with the members' indexes in src.tasks), the member rules' tasks,
+	// and the source topic whose partition count its changelog mirrors.
 	group   pipeline.DedupGroup
 	members []*task
 	like    string
 }
-
-// isKeeper reports whether t is a dedup keeper (not a rule).
-func (t *task) isKeeper() bool { return t.rule == nil }
 
 // source is one subscribed topic: the rules whose state it feeds, the
 // repartitioned rules it feeds through their repartition topics, and the
@@ -362,9 +359,10 @@ func (p *Processor) plan(rs []*rules.Compiled) error {
 	p.primary = rs[0].Rule.Source
 	slices.Sort(p.topics)
 	for _, topic := range p.topics {
-		if !p.noKeepers {
-			p.planKeepers(p.sources[topic])
+		if p.noKeepers {
+			break
 		}
+		p.planKeepers(p.sources[topic])
 	}
 	return nil
 }
@@ -382,7 +380,7 @@ func (p *Processor) planKeepers(src *source) {
 		stages[i] = t.stage
 	}
 	for _, g := range pipeline.DedupGroups(stages) {
-		id := KeeperID(src.topic, g)
+		id := keeperID(src.topic, g)
 		kt := &task{
 			group: g,
 			ns:    keeperNS(id),
@@ -400,10 +398,10 @@ func (p *Processor) planKeepers(src *source) {
 	}
 }
 
-// KeeperID names the dedup keeper of group g of the rules reading topic:
+// keeperID names the dedup keeper of group g of the rules reading topic:
 // 16 hex digits of a SHA-256 of the topic, the group's share key and
 // chunk.
-func KeeperID(topic string, g pipeline.DedupGroup) string {
+func keeperID(topic string, g pipeline.DedupGroup) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", topic, g.Key, g.Chunk))
 	return hex.EncodeToString(h[:8])
 }
