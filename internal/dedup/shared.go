@@ -70,27 +70,36 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 	es := ks.byTS[ks.head:]
 	lo := bucket * st.bucketMs
 	i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmp.Compare(e.ts, t) })
-	type kept struct {
-		e    entry
-		mask uint64 // views (by slot) that remember e
+	j := i
+	for j < len(es) && s.BucketOf(es[j].ts) == bucket {
+		j++
 	}
-	var ks2 []kept
-	var used uint64
-	for j := i; j < len(es) && s.BucketOf(es[j].ts) == bucket; j++ {
-		e := es[j]
+	es = es[i:j]
+	// Two passes over the bucket's entries, the same masks each time: the
+	// first sizes the value and finds the views named, the second writes.
+	var thr [MaxViews]int64 // per slot: a view remembers ids with ts >= thr
+	for _, v := range st.views {
+		thr[v.slot] = subSat(v.wm, st.h)
+	}
+	live := func(e *entry) uint64 {
 		var m uint64
 		for b := e.mask; b != 0; b &= b - 1 {
-			v := st.views[bits.TrailingZeros64(b)]
-			if e.ts >= subSat(v.wm, st.h) {
-				m |= v.bit
+			if slot := bits.TrailingZeros64(b); e.ts >= thr[slot] {
+				m |= 1 << slot
 			}
 		}
-		if m != 0 {
-			ks2 = append(ks2, kept{e, m})
+		return m
+	}
+	var used uint64
+	n, size := 0, 1+2*binary.MaxVarintLen64
+	for k := range es {
+		if m := live(&es[k]); m != 0 {
 			used |= m
+			n++
+			size += 2*binary.MaxVarintLen64 + 1 + len(es[k].id)
 		}
 	}
-	if len(ks2) == 0 {
+	if n == 0 {
 		return nil
 	}
 	// The table names the views that remember some id, sorted by name
@@ -106,34 +115,37 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 		k, _ := slices.BinarySearch(table, names[slot])
 		idx[slot] = uint8(k)
 	}
-	size := 1 + 2*binary.MaxVarintLen64
-	for _, n := range table {
-		size += 2 + len(n)
-	}
-	for _, k := range ks2 {
-		size += 4 + len(k.e.id)
+	for _, name := range table {
+		size += binary.MaxVarintLen64 + len(name)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, sharedFormatVersion)
 	b = codec.AppendUvarint(b, uint64(len(table)))
-	for _, n := range table {
-		b = codec.AppendString(b, n)
+	for _, name := range table {
+		b = codec.AppendString(b, name)
 	}
-	b = codec.AppendUvarint(b, uint64(len(ks2)))
+	b = codec.AppendUvarint(b, uint64(n))
 	var prev int64
-	for j, k := range ks2 {
-		if j == 0 {
-			b = codec.AppendVarint(b, k.e.ts)
+	first := true
+	for k := range es {
+		e := &es[k]
+		m := live(e)
+		if m == 0 {
+			continue
+		}
+		if first {
+			b = codec.AppendVarint(b, e.ts)
+			first = false
 		} else {
-			b = codec.AppendUvarint(b, uint64(k.e.ts)-uint64(prev)) // exact mod 2^64
+			b = codec.AppendUvarint(b, uint64(e.ts)-uint64(prev)) // exact mod 2^64
 		}
-		prev = k.e.ts
-		b = codec.AppendString(b, k.e.id)
-		var m uint64
-		for v := k.mask; v != 0; v &= v - 1 {
-			m |= 1 << idx[bits.TrailingZeros64(v)]
+		prev = e.ts
+		b = codec.AppendString(b, e.id)
+		var t uint64
+		for v := m; v != 0; v &= v - 1 {
+			t |= 1 << idx[bits.TrailingZeros64(v)]
 		}
-		b = codec.AppendUvarint(b, m)
+		b = codec.AppendUvarint(b, t)
 	}
 	return b
 }
