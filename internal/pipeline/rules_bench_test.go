@@ -232,4 +232,91 @@ func BenchmarkRuleChangelog(b *testing.B) {
 			b.ReportMetric(float64(names)/float64(b.N), "keys/batch")
 		})
 	}
+	// The ten rules together, their dedup sets sharing one store as in
+	// consume: each aggregating rule writing its own dedup entries (as
+	// before dedup keepers), or one DedupKeeper writing them for all.
+	for _, kept := range []bool{false, true} {
+		b.Run(map[bool]string{false: "ten_own_dedup", true: "ten_keeper"}[kept], func(b *testing.B) {
+			share := DedupShare{}
+			ws := make([]*Partition, len(all))
+			for i, s := range all {
+				ws[i] = s.NewPartitionShared(share)
+			}
+			var keepers []*DedupKeeper
+			if kept {
+				for _, g := range DedupGroups(all) {
+					var members []*Partition
+					var names []string
+					for _, i := range g.Members {
+						members = append(members, ws[i])
+						names = append(names, all[i].Rule().Rule.ID)
+					}
+					k, err := NewDedupKeeper(members, names)
+					if err != nil {
+						b.Fatal(err)
+					}
+					keepers = append(keepers, k)
+				}
+			}
+			accts := make([]Accounting, len(all))
+			emit := func(Output) {}
+			next := 0
+			apply := func(n int) {
+				for ; n > 0 && next < len(recs); n-- {
+					if ok[next] {
+						for i, s := range all {
+							s.Apply(ws[i], &evs[next], recs[next], &accts[i], emit)
+						}
+					}
+					next++
+				}
+			}
+			commit := func() (bytes, names int) {
+				for _, w := range ws {
+					w.Sweep()
+					ns, meta := w.Dirty()
+					for _, k := range ns {
+						bytes += len(w.EncodeKey(k))
+					}
+					bs := w.DirtyBuckets()
+					for _, k := range bs {
+						bytes += len(w.EncodeBucket(k))
+					}
+					names += len(ns) + len(bs)
+					if meta {
+						bytes += len(w.EncodeMeta())
+					}
+				}
+				for _, k := range keepers {
+					ns := k.Dirty()
+					for _, n := range ns {
+						bytes += len(k.Encode(n))
+					}
+					names += len(ns)
+					k.ClearDirty()
+				}
+				for _, w := range ws {
+					w.ClearDirty()
+				}
+				return bytes, names
+			}
+			apply(warm)
+			commit()
+			var bytes, names int
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if next+batch > len(recs) {
+					b.Fatalf("more than %d batches: run it with -benchtime 100x", (len(recs)-warm)/batch)
+				}
+				apply(batch)
+				b.StartTimer()
+				n, k := commit()
+				bytes, names = bytes+n, names+k
+			}
+			b.ReportMetric(float64(bytes)/float64(b.N), "bytes/batch")
+			b.ReportMetric(float64(names)/float64(b.N), "keys/batch")
+		})
+	}
 }
