@@ -983,7 +983,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 	pt.env = pipeline.EnvOf(&ev) // the filters' view of the record, built once for every rule
 	for _, rp := range pt.rs {
 		t := rp.t
-		t.stage.ApplyEnv(rp.win, &ev, &pt.env, in, &rp.batchAcct, func(o pipeline.Output) {
+		t.stage.ApplyEnv(rp.win, &ev, &pt.env, &in, &rp.batchAcct, func(o pipeline.Output) {
 			var topic string
 			switch o.Kind {
 			case pipeline.Alert:

@@ -111,7 +111,7 @@ func BenchmarkRuleStages(b *testing.B) {
 				}
 				env := EnvOf(&ev) // once per record, as consume does
 				for j, s := range stages {
-					s.ApplyEnv(parts[j], &ev, &env, in, &accts[j], emit)
+					s.ApplyEnv(parts[j], &ev, &env, &in, &accts[j], emit)
 				}
 			}
 			nsPer := float64(b.Elapsed().Nanoseconds()) / float64(b.N)

@@ -250,13 +250,13 @@ func EnvOf(ev *event.Event) rules.Event {
 // Apply runs steps 2 to 7 for a validated event (Check passed).
 func (s *Stage) Apply(w *Partition, ev *event.Event, in Input, acct *Accounting, emit func(Output)) {
 	w.env = EnvOf(ev)
-	s.ApplyEnv(w, ev, &w.env, in, acct, emit)
+	s.ApplyEnv(w, ev, &w.env, &in, acct, emit)
 }
 
 // ApplyEnv is Apply with the filter environment of ev built by the caller
 // (EnvOf(ev)), once for all the rules that read the record. It is only
-// read.
-func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Input, acct *Accounting, emit func(Output)) {
+// read, as in is.
+func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in *Input, acct *Accounting, emit func(Output)) {
 	acct.Records++
 	acct.NextOffset = in.Offset + 1
 	qualifies, err := w.filter.Match(env)
@@ -288,7 +288,7 @@ func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Inp
 		}, qualifies)
 		outcome, watermark, latenessMs, slideRevs = res.Outcome, res.Watermark, res.LatenessMs, res.Revisions
 	} else {
-		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, &in, qualifies)
+		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, in, qualifies)
 	}
 	if w.tr != nil {
 		// The tracker sees the record after the window did (package
@@ -314,7 +314,7 @@ func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in Inp
 		acct.TooLate++
 		emit(Output{
 			Kind: TooLate, Key: in.Key, Value: in.Value,
-			Headers: copyHeaders(in,
+			Headers: copyHeaders(*in,
 				Header{HeaderLateReason, []byte("too_late")},
 				Header{HeaderLateWatermark, []byte(alerts.FormatTime(watermark))},
 				Header{HeaderLatenessMs, strconv.AppendInt(nil, latenessMs, 10)},
