@@ -196,28 +196,7 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 		return nil, fmt.Errorf("%w: rule %s version %d: its state (changelog %s, partition %d) was written by a rule with hash %.16s, this one has hash %.16s (the hash covers the rule's definition and rule.max_future_skew); %s",
 			ErrRuleChanged, t.rule.Rule.ID, t.rule.Rule.Version, t.cl, p, strings.TrimPrefix(stored, stateHashPrefix), t.hash, t.changedHint())
 	}
-	// Chunks are read through their manifests. A chunk no manifest names
-	// is not state: at_least_once flushes an aborted batch's changelog
-	// records, and chunks of a larger value it wrote outlive the committed
-	// value that replaced it. It is deleted at the next commit.
-	var chunkNames []string
-	named := map[string]bool{}
-	err = t.store.Scan(p, func(name, value []byte) error {
-		if isChunkKey(name) {
-			chunkNames = append(chunkNames, string(name))
-			return nil
-		}
-		if isManifest(value) {
-			v, m, err := joinChunks(name, value, func(key []byte) ([]byte, error) { return t.store.Get(p, key) })
-			if err != nil {
-				return err
-			}
-			value = v
-			rp.chunks[string(name)] = m.count
-			for i := range m.count {
-				named[string(chunkKey(name, i))] = true
-			}
-		}
+	err = rp.scan(p, func(name, value []byte) error {
 		switch {
 		case string(name) == changelogMeta:
 			return rp.win.LoadMeta(value)
@@ -243,11 +222,6 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 	if err == nil {
 		err = rp.win.FinishLoad() // the entries of a key are checked together
 	}
-	for _, c := range chunkNames {
-		if !named[c] {
-			rp.tombstones = append(rp.tombstones, []byte(c))
-		}
-	}
 	if errors.Is(err, aggwindow.ErrUnknownVersion) || errors.Is(err, window.ErrUnknownVersion) || errors.Is(err, dedup.ErrUnknownVersion) {
 		return nil, fmt.Errorf("consume: load rule %s partition %d: %w; the state was written in a format this processor does not read (for example tumbling and hopping windows before format version 2, docs/RUNBOOK.md \"State format upgrades\"): bump the rule's version and replay (processor replay), or run the processor that wrote it", t.ns, p, err)
 	}
@@ -265,6 +239,42 @@ func loadRulePart(t *task, p int32, share pipeline.DedupShare) (*rulePart, error
 	rp.win.ClearLoaded()
 	rp.batchAcct = rp.acct
 	return rp, nil
+}
+
+// scan calls fn with every entry of rp's local store of partition p, a
+// chunked value joined (its chunk count kept in rp.chunks). Chunks are
+// read through their manifests: a chunk no manifest names is not state
+// (at_least_once flushes an aborted batch's changelog records, and chunks
+// of a larger value it wrote outlive the committed value that replaced
+// it), and is deleted at the next commit (rp.tombstones).
+func (rp *rulePart) scan(p int32, fn func(name, value []byte) error) error {
+	st := rp.t.store
+	var chunkNames []string
+	named := map[string]bool{}
+	err := st.Scan(p, func(name, value []byte) error {
+		if isChunkKey(name) {
+			chunkNames = append(chunkNames, string(name))
+			return nil
+		}
+		if isManifest(value) {
+			v, m, err := joinChunks(name, value, func(key []byte) ([]byte, error) { return st.Get(p, key) })
+			if err != nil {
+				return err
+			}
+			value = v
+			rp.chunks[string(name)] = m.count
+			for i := range m.count {
+				named[string(chunkKey(name, i))] = true
+			}
+		}
+		return fn(name, value)
+	})
+	for _, c := range chunkNames {
+		if !named[c] {
+			rp.tombstones = append(rp.tombstones, []byte(c))
+		}
+	}
+	return err
 }
 
 // loadKeeperPart builds a dedup keeper's in-memory state of partition p:
@@ -287,34 +297,12 @@ func loadKeeperPart(t *task, p int32, pt *part) (*rulePart, error) {
 	if rp.target, _, err = t.store.Checkpoint(p); err != nil {
 		return nil, err
 	}
-	var chunkNames []string
-	named := map[string]bool{}
-	err = t.store.Scan(p, func(name, value []byte) error {
-		if isChunkKey(name) {
-			chunkNames = append(chunkNames, string(name))
-			return nil
-		}
-		if isManifest(value) {
-			v, m, err := joinChunks(name, value, func(key []byte) ([]byte, error) { return t.store.Get(p, key) })
-			if err != nil {
-				return err
-			}
-			value = v
-			rp.chunks[string(name)] = m.count
-			for i := range m.count {
-				named[string(chunkKey(name, i))] = true
-			}
-		}
+	err = rp.scan(p, func(name, value []byte) error {
 		if len(name) == 0 || name[0] != changelogKeyPrefix {
 			return fmt.Errorf("unknown dedup keeper entry %q", name)
 		}
 		return kp.Load(string(name[1:]), value)
 	})
-	for _, c := range chunkNames {
-		if !named[c] {
-			rp.tombstones = append(rp.tombstones, []byte(c))
-		}
-	}
 	if errors.Is(err, dedup.ErrUnknownVersion) {
 		return nil, fmt.Errorf("consume: load dedup keeper %s partition %d: %w; the state was written in a format this processor does not read: run the processor that wrote it, or bump the versions of its rules and replay (processor replay)", t.ns, p, err)
 	}
@@ -470,6 +458,15 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 		out = append(out, clEntry{rp, []byte(changelogAcct), acct}) // a few hundred bytes, read whole (internal/reconcile)
 	}
 	return out, nil
+}
+
+// keysPastEnd is keysPast up to the end of t's changelog partition p.
+func keysPastEnd(ctx context.Context, t *task, p int32, target int64) ([][]byte, error) {
+	end, err := t.restore.end(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return keysPast(ctx, t.restore, p, target, end)
 }
 
 // rewriteFlushed marks the keys of an aborted batch's changelog records,

@@ -1695,11 +1695,7 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				// writes their keys' committed values again
 				// (rulePart.rewrite). Under exactly_once alone, aborted
 				// transactions' records are not read, and none is left.
-				end, err := t.restore.end(ctx, k.id)
-				if err != nil {
-					return p.fail(err)
-				}
-				if past[t], err = keysPast(ctx, t.restore, k.id, target, end); err != nil {
+				if past[t], err = keysPastEnd(ctx, t, k.id, target); err != nil {
 					return p.fail(err)
 				}
 			}
@@ -1735,12 +1731,8 @@ func (p *Processor) onFetched(ctx context.Context, _ *kgo.Client, resp *kmsg.Off
 				return p.fail(err)
 			}
 			scratch[t] = old
-			if has {
-				end, err := t.restore.end(ctx, k.id)
-				if err != nil {
-					return p.fail(err)
-				}
-				if past[t], err = keysPast(ctx, t.restore, k.id, target, end); err != nil {
+			if has { // as for a rule, above
+				if past[t], err = keysPastEnd(ctx, t, k.id, target); err != nil {
 					return p.fail(err)
 				}
 			}

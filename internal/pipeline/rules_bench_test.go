@@ -213,19 +213,8 @@ func BenchmarkRuleChangelog(b *testing.B) {
 				}
 				apply(batch)
 				b.StartTimer()
-				w.Sweep()
-				ns, meta := w.Dirty()
-				for _, k := range ns {
-					bytes += len(w.EncodeKey(k))
-				}
-				bs := w.DirtyBuckets()
-				for _, k := range bs {
-					bytes += len(w.EncodeBucket(k))
-				}
-				names += len(ns) + len(bs)
-				if meta {
-					bytes += len(w.EncodeMeta())
-				}
+				n, k := encodeCommit(w)
+				bytes, names = bytes+n, names+k
 				w.ClearDirty()
 			}
 			b.ReportMetric(float64(bytes)/float64(b.N), "bytes/batch")
@@ -273,19 +262,8 @@ func BenchmarkRuleChangelog(b *testing.B) {
 			}
 			commit := func() (bytes, names int) {
 				for _, w := range ws {
-					w.Sweep()
-					ns, meta := w.Dirty()
-					for _, k := range ns {
-						bytes += len(w.EncodeKey(k))
-					}
-					bs := w.DirtyBuckets()
-					for _, k := range bs {
-						bytes += len(w.EncodeBucket(k))
-					}
-					names += len(ns) + len(bs)
-					if meta {
-						bytes += len(w.EncodeMeta())
-					}
+					n, k := encodeCommit(w)
+					bytes, names = bytes+n, names+k
 				}
 				for _, k := range keepers {
 					ns := k.Dirty()
@@ -319,4 +297,22 @@ func BenchmarkRuleChangelog(b *testing.B) {
 			b.ReportMetric(float64(names)/float64(b.N), "keys/batch")
 		})
 	}
+}
+
+// encodeCommit encodes what a commit writes of w's state (as consume's
+// changelogEntries): the bytes and the number of entries.
+func encodeCommit(w *Partition) (bytes, names int) {
+	w.Sweep()
+	ns, meta := w.Dirty()
+	for _, k := range ns {
+		bytes += len(w.EncodeKey(k))
+	}
+	bs := w.DirtyBuckets()
+	for _, k := range bs {
+		bytes += len(w.EncodeBucket(k))
+	}
+	if meta {
+		bytes += len(w.EncodeMeta())
+	}
+	return bytes, len(ns) + len(bs)
 }
