@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
@@ -160,6 +163,20 @@ func TestUpgradeToDedupKeepers(t *testing.T) {
 			t.Errorf("%s: %d records, want %d (reference)", topic, len(got[topic]), len(want[topic]))
 		}
 	}
+	checkKeptAccounting(t, seeds, cfg, log, 2000)
+}
+
+// checkKeptAccounting compares the committed accounting of the
+// aggregating rules of keeperRules (records, duplicates, processed, over
+// all partitions) with the reference's, which must count at least minDup
+// duplicates.
+func checkKeptAccounting(t *testing.T, seeds []string, cfg config.Config, log pipeline.Log, minDup int64) {
+	t.Helper()
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := pipeline.DeadLetterRules(rs, "vibration.events", "vibration.events.dlq")
 	for _, r := range rs[1:] {
 		st, err := pipeline.NewRuleStage(r, pipeline.Options{DeadLetterRules: named})
 		if err != nil {
@@ -176,14 +193,198 @@ func TestUpgradeToDedupKeepers(t *testing.T) {
 			gotAcct.Duplicate += a.Duplicate
 			gotAcct.Processed += a.Processed
 		}
-		if wantAcct.Duplicate < 2000 {
-			t.Errorf("rule %s: the reference counts %d duplicates, want at least the 2000 redeliveries of this test", r.Rule.ID, wantAcct.Duplicate)
+		if wantAcct.Duplicate < minDup {
+			t.Errorf("rule %s: the reference counts %d duplicates, want at least the %d redeliveries of this test", r.Rule.ID, wantAcct.Duplicate, minDup)
 		}
 		if gotAcct.Records != wantAcct.Records || gotAcct.Duplicate != wantAcct.Duplicate || gotAcct.Processed != wantAcct.Processed {
 			t.Errorf("rule %s: records/duplicates/processed %d/%d/%d, want %d/%d/%d", r.Rule.ID,
 				gotAcct.Records, gotAcct.Duplicate, gotAcct.Processed, wantAcct.Records, wantAcct.Duplicate, wantAcct.Processed)
 		}
 	}
+}
+
+// TestUpgradeToDedupKeepersAtLeastOnce: the upgrade under at_least_once,
+// whose aborted batches leave their changelog records (the keeper's too)
+// past the committed position: the migrating batch aborts, later ones
+// every other time, and the state is restored from the changelogs twice;
+// the accounting and the distinct alert records match the reference (an
+// at_least_once abort repeats outputs, never loses or adds one).
+func TestUpgradeToDedupKeepersAtLeastOnce(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "kalo")
+	cfg.Mode = config.AtLeastOnce
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", keeperRules)
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := pipeline.Log{}
+	recs := simRecords(8000, 17)
+	produce(t, seeds, cfg.Topics.Input, recs[:4000], log)
+	in := start(t, cfg, Options{noKeepers: true})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+
+	n := 0
+	abort := func() bool { n++; return n%2 == 1 } // the first batch (the migration) aborts
+	in = start(t, cfg, Options{AbortBatch: abort})
+	produce(t, seeds, cfg.Topics.Input, recs[3000:4000], log)
+	produce(t, seeds, cfg.Topics.Input, recs[4000:6000], log)
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	for range 2 {
+		if err := os.RemoveAll(cfg.StateDir); err != nil {
+			t.Fatal(err)
+		}
+		in = start(t, cfg, Options{AbortBatch: abort})
+		produce(t, seeds, cfg.Topics.Input, recs[2000:2500], log)
+		produce(t, seeds, cfg.Topics.Input, recs[6000:7000], log)
+		waitConsumed(t, seeds, cfg, log)
+		in.stop(t)
+		recs = append(recs[:6000], recs[7000:]...)
+	}
+	checkKeptAccounting(t, seeds, cfg, log, 2000)
+	named := pipeline.DeadLetterRules(rs, "vibration.events", "vibration.events.dlq")
+	want, _ := refFingerprints(t, rs, log, named)
+	got := fingerprints(readAll(t, seeds, "vibration.alerts", "machine.max.alerts", "machine.avg.alerts"))
+	for _, topic := range []string{"vibration.alerts", "machine.max.alerts", "machine.avg.alerts"} {
+		g, w := slices.Compact(got[topic]), slices.Compact(want[topic])
+		if len(w) == 0 || !slices.Equal(g, w) {
+			t.Errorf("%s: %d distinct records, want %d (reference)", topic, len(g), len(w))
+		}
+	}
+}
+
+// aggRules is a rules file of the aggregating rules r<from> .. r<to-1>
+// over one topic, with one share key: with more than dedup.MaxViews, two
+// keepers.
+func aggRules(from, to int) string {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := from; i < to; i++ {
+		fmt.Fprintf(&b, `  - id: r%d
+    version: 1
+    description: count
+    source: vibration.events
+    window: {type: tumbling, size: 1m}
+    aggregate: {fn: count}
+    threshold: agg >= 1000000
+    outputs: {alerts: machine.alerts}
+`, i)
+	}
+	return b.String()
+}
+
+// TestRuleMovedToAnotherKeeperIsRefused: more than dedup.MaxViews
+// aggregating rules of one share key form keepers of 64 in configuration
+// order, so removing one of the first moves a later rule to another keeper
+// (a documented limit, docs/RUNBOOK.md): the processor refuses to start
+// with the reason rather than run the rule without its ids.
+func TestRuleMovedToAnotherKeeperIsRefused(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "big")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", aggRules(0, dedup.MaxViews+1))
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, simRecords(300, 5), log)
+	in := start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules2.yaml", aggRules(1, dedup.MaxViews+1))
+	in = start(t, cfg, Options{})
+	select {
+	case err := <-in.done:
+		if err == nil || !strings.Contains(err.Error(), "its dedup ids are kept by") {
+			t.Fatalf("Run returned %v, want the rule's keeper named", err)
+		}
+	case <-time.After(30 * time.Second):
+		in.cancel()
+		t.Fatal("the processor still runs after 30s")
+	}
+}
+
+// TestKeepersOfTwoGroupsShareAStateDir: processors of two consumer groups
+// reading one topic with one share key run at once with one state_dir:
+// their keepers' stores are apart (the keeper's name covers the group).
+func TestKeepersOfTwoGroupsShareAStateDir(t *testing.T) {
+	seeds := newCluster(t)
+	dir := t.TempDir()
+	mk := func(group, ids string) *instance {
+		cfg := testConfig(seeds, dir, group)
+		cfg.GroupID = group
+		cfg.RulesFile = kafkatest.WriteFile(t, group+".yaml", strings.ReplaceAll(aggRules(0, 2), "id: r", "id: "+ids))
+		return start(t, cfg, Options{})
+	}
+	produce(t, seeds, "vibration.events", simRecords(100, 5), pipeline.Log{})
+	a := mk("group-a", "a")
+	b := mk("group-b", "b")
+	select {
+	case err := <-b.done:
+		t.Fatalf("the second group's processor stopped: %v", err)
+	case err := <-a.done:
+		t.Fatalf("the first group's processor stopped: %v", err)
+	case <-time.After(5 * time.Second):
+	}
+	a.stop(t)
+	b.stop(t)
+}
+
+// TestUpgradeDeletesChunkedOwnDedup: a rule's own dedup entry written in
+// chunks (over 512 KiB: long ids) before keepers is deleted with its
+// chunks when the keeper takes it over, and the keeper writes it chunked.
+func TestUpgradeDeletesChunkedOwnDedup(t *testing.T) {
+	seeds := newCluster(t)
+	cfg := testConfig(seeds, t.TempDir(), "upchunk")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", aggRules(0, 1))
+	rs, err := cfg.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := cfg.ChangelogFor(rs[0])
+	base := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
+	log := pipeline.Log{}
+	produce(t, seeds, cfg.Topics.Input, bigIDEvents(t, "M-chunky", base, 0, 700), log)
+	in := start(t, cfg, Options{noKeepers: true})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	if c, m := liveChunksOf(t, seeds, cl); c == 0 || m == 0 {
+		t.Fatalf("before keepers: %d live chunks, %d manifests in the rule's changelog: the fixture proves nothing", c, m)
+	}
+	produce(t, seeds, cfg.Topics.Input, bigIDEvents(t, "M-chunky", base, 700, 702), log)
+	in = start(t, cfg, Options{})
+	waitConsumed(t, seeds, cfg, log)
+	in.stop(t)
+	if c, m := liveChunksOf(t, seeds, cl); c != 0 || m != 0 {
+		t.Errorf("after the upgrade: %d live chunks, %d manifests left in the rule's changelog", c, m)
+	}
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, Options{Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, m := liveChunksOf(t, seeds, p.keepers[0].cl); c == 0 || m == 0 {
+		t.Errorf("the keeper's changelog holds %d live chunks and %d manifests, want the ids chunked", c, m)
+	}
+}
+
+// liveChunksOf counts the live chunk records and manifests of a changelog.
+func liveChunksOf(t *testing.T, seeds []string, topic string) (chunks, manifests int) {
+	t.Helper()
+	for _, kv := range latest(readAll(t, seeds, topic)) {
+		for k, v := range kv {
+			switch {
+			case v == nil:
+			case isChunkKey([]byte(k)):
+				chunks++
+			case isManifest(v):
+				manifests++
+			}
+		}
+	}
+	return chunks, manifests
 }
 
 // TestKeeperWithoutItsPositionIsRefused: group offsets committed without

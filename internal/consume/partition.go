@@ -115,6 +115,11 @@ type rulePart struct {
 	// keptBy is the keeper the committed state names (changelogKept), ""
 	// before the rule's first commit with a keeper.
 	keptBy string
+	// dropOwn are the record keys of the rule's own dedup entries, written
+	// before it had a keeper, which the next commit deletes (with their
+	// chunks) as the keeper takes them over; found again at every load
+	// until a commit deleted them.
+	dropOwn [][]byte
 	// tombstones are changelog keys of an earlier history, deleted by the
 	// first commit of a partition started from scratch (restorePartition).
 	tombstones [][]byte
@@ -312,7 +317,7 @@ func loadKeeperPart(t *task, p int32, pt *part) (*rulePart, error) {
 	for _, m := range t.group.Members {
 		mp := pt.rs[m]
 		for _, n := range mp.win.OwnDedup() {
-			mp.tombstones = append(mp.tombstones, append([]byte{changelogKeyPrefix}, n...))
+			mp.dropOwn = append(mp.dropOwn, append([]byte{changelogKeyPrefix}, n...))
 		}
 	}
 	return rp, nil
@@ -430,6 +435,9 @@ func (pt *part) changelogEntries() ([]clEntry, error) {
 				emit(append([]byte{changelogKeyPrefix}, n...), rp.kp.Encode(n))
 			}
 			continue
+		}
+		for _, k := range rp.dropOwn {
+			emit(k, nil)
 		}
 		rp.win.Sweep()
 		names, meta := rp.win.Dirty()

@@ -380,7 +380,7 @@ func (p *Processor) planKeepers(src *source) {
 		stages[i] = t.stage
 	}
 	for _, g := range pipeline.DedupGroups(stages) {
-		id := keeperID(src.topic, g)
+		id := keeperID(p.cfg.GroupID, src.topic, g)
 		kt := &task{
 			group: g,
 			ns:    keeperNS(id),
@@ -398,11 +398,12 @@ func (p *Processor) planKeepers(src *source) {
 	}
 }
 
-// keeperID names the dedup keeper of group g of the rules reading topic:
-// 16 hex digits of a SHA-256 of the topic, the group's share key and
-// chunk.
-func keeperID(topic string, g pipeline.DedupGroup) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", topic, g.Key, g.Chunk))
+// keeperID names the dedup keeper of group g of the rules of consumer
+// group group reading topic: 16 hex digits of a SHA-256 of the consumer
+// group, the topic, the share key and the chunk (the consumer group too,
+// so that processors of two groups can share a state_dir at once).
+func keeperID(group, topic string, g pipeline.DedupGroup) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%d", group, topic, g.Key, g.Chunk))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -1199,7 +1200,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			if rp.t.keeper != nil {
 				rp.keptBy = rp.t.keeper.ns
 			}
-			rp.tombstones, rp.rewrite = nil, nil
+			rp.tombstones, rp.rewrite, rp.dropOwn = nil, nil, nil
 			rp.commitChunks()
 			rp.win.ClearDirty()
 		}
@@ -1207,6 +1208,9 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			rp.target = rp.nextTarget()
 			rp.lastCL = nil
 			rp.tombstones, rp.rewrite = nil, nil
+			if rp.chunked > 0 {
+				p.rm.chunked.WithLabelValues(rp.t.ns).Add(float64(rp.chunked))
+			}
 			rp.commitChunks()
 			rp.kp.ClearDirty()
 		}
