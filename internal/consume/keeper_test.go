@@ -18,6 +18,8 @@ import (
 	"github.com/vibeline/processor/internal/kafkatest"
 	"github.com/vibeline/processor/internal/metrics"
 	"github.com/vibeline/processor/internal/pipeline"
+	"github.com/vibeline/processor/internal/rules"
+	"github.com/vibeline/processor/internal/sim"
 	"github.com/vibeline/processor/internal/txn"
 )
 
@@ -72,20 +74,30 @@ func latest(recs []*kgo.Record) map[int32]map[string][]byte {
 // duplicates, and after aborts, restarts and a restore from the changelogs
 // alone (state directory deleted) every output and accounting record
 // matches the reference.
-func TestUpgradeToDedupKeepers(t *testing.T) {
-	seeds := newCluster(t)
-	cfg := testConfig(seeds, t.TempDir(), "k")
+// beforeKeepers runs keeperRules (in mode) over the first 4,000 of 8,000
+// simulated records as processors before dedup keepers did, and returns
+// the configuration, its rules, the log so far and the records.
+func beforeKeepers(t *testing.T, instance, mode string) (seeds []string, cfg config.Config, rs []*rules.Compiled, log pipeline.Log, recs []sim.Record) {
+	t.Helper()
+	seeds = newCluster(t)
+	cfg = testConfig(seeds, t.TempDir(), instance)
+	cfg.Mode = mode
 	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", keeperRules)
 	rs, err := cfg.Rules()
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := pipeline.Log{}
-	recs := simRecords(8000, 17)
+	log = pipeline.Log{}
+	recs = simRecords(8000, 17)
 	produce(t, seeds, cfg.Topics.Input, recs[:4000], log)
 	in := start(t, cfg, Options{noKeepers: true})
 	waitConsumed(t, seeds, cfg, log)
 	in.stop(t)
+	return seeds, cfg, rs, log, recs
+}
+
+func TestUpgradeToDedupKeepers(t *testing.T) {
+	seeds, cfg, rs, log, recs := beforeKeepers(t, "k", config.ExactlyOnce)
 	ownDedup := func(topic string) int {
 		n := 0
 		for _, kv := range latest(readAll(t, seeds, topic)) {
@@ -105,7 +117,7 @@ func TestUpgradeToDedupKeepers(t *testing.T) {
 
 	n := 0
 	abort := func() bool { n++; return n%3 == 0 }
-	in = start(t, cfg, Options{AbortBatch: abort})
+	in := start(t, cfg, Options{AbortBatch: abort})
 	// Redeliveries of records the rules read before the upgrade, then new
 	// records.
 	produce(t, seeds, cfg.Topics.Input, recs[3000:4000], log)
@@ -210,24 +222,10 @@ func checkKeptAccounting(t *testing.T, seeds []string, cfg config.Config, log pi
 // the accounting and the distinct alert records match the reference (an
 // at_least_once abort repeats outputs, never loses or adds one).
 func TestUpgradeToDedupKeepersAtLeastOnce(t *testing.T) {
-	seeds := newCluster(t)
-	cfg := testConfig(seeds, t.TempDir(), "kalo")
-	cfg.Mode = config.AtLeastOnce
-	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", keeperRules)
-	rs, err := cfg.Rules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := pipeline.Log{}
-	recs := simRecords(8000, 17)
-	produce(t, seeds, cfg.Topics.Input, recs[:4000], log)
-	in := start(t, cfg, Options{noKeepers: true})
-	waitConsumed(t, seeds, cfg, log)
-	in.stop(t)
-
+	seeds, cfg, rs, log, recs := beforeKeepers(t, "kalo", config.AtLeastOnce)
 	n := 0
 	abort := func() bool { n++; return n%2 == 1 } // the first batch (the migration) aborts
-	in = start(t, cfg, Options{AbortBatch: abort})
+	in := start(t, cfg, Options{AbortBatch: abort})
 	produce(t, seeds, cfg.Topics.Input, recs[3000:4000], log)
 	produce(t, seeds, cfg.Topics.Input, recs[4000:6000], log)
 	waitConsumed(t, seeds, cfg, log)

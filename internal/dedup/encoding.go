@@ -122,6 +122,26 @@ func (s *Set) load(key string, es []entry) {
 	st.prune(ks)
 }
 
+// readEntry reads entry i of an encoded value: its ts (entry 0's as a
+// varint, every other's as the uvarint delta to es[i-1]'s, which must not
+// overflow) and event_id. Errors are left in r.
+func readEntry(r *codec.Reader, es []entry, i int) entry {
+	var e entry
+	if i == 0 {
+		e.ts = r.Varint("ts")
+	} else {
+		prev := es[i-1].ts
+		delta := r.Uvarint("ts delta")
+		// MaxInt64 - prev is in [0, 2^64), exact mod 2^64.
+		if r.Err() == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
+			r.Fail("entry %d: ts overflows int64", i)
+		}
+		e.ts = prev + int64(delta)
+	}
+	e.id = r.String("event_id")
+	return e
+}
+
 // decodeKey parses a key value and checks every rule of the format. It
 // returns the entries in order.
 func decodeKey(data []byte) ([]entry, error) {
@@ -142,19 +162,7 @@ func decodeKey(data []byte) ([]entry, error) {
 	es := make([]entry, 0, m)
 	ids := make(map[string]struct{}, m)
 	for i := range m {
-		var e entry
-		if i == 0 {
-			e.ts = r.Varint("ts")
-		} else {
-			prev := es[i-1].ts
-			delta := r.Uvarint("ts delta")
-			// MaxInt64 - prev is in [0, 2^64), exact mod 2^64.
-			if r.Err() == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
-				r.Fail("entry %d: ts overflows int64", i)
-			}
-			e.ts = prev + int64(delta)
-		}
-		e.id = r.String("event_id")
+		e := readEntry(&r, es, i)
 		if r.Err() != nil {
 			break
 		}

@@ -235,18 +235,7 @@ func decodeShared(data []byte) (table []string, es []entry, masks []uint64, err 
 	var used uint64
 	views := make(map[string]uint64, m) // per id, the views remembering it
 	for i := range m {
-		var e entry
-		if i == 0 {
-			e.ts = r.Varint("ts")
-		} else {
-			prev := es[i-1].ts
-			delta := r.Uvarint("ts delta")
-			if r.Err() == nil && delta > uint64(math.MaxInt64)-uint64(prev) {
-				r.Fail("entry %d: ts overflows int64", i)
-			}
-			e.ts = prev + int64(delta)
-		}
-		e.id = r.String("event_id")
+		e := readEntry(&r, es, i)
 		mask := r.Uvarint("views")
 		if r.Err() != nil {
 			break

@@ -203,22 +203,10 @@ func BenchmarkRuleChangelog(b *testing.B) {
 			apply(warm)
 			w.Dirty()
 			w.ClearDirty()
-			var bytes, names int
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				if next+batch > len(recs) {
-					b.Fatalf("more than %d batches: run it with -benchtime 100x", (len(recs)-warm)/batch)
-				}
-				apply(batch)
-				b.StartTimer()
-				n, k := encodeCommit(w)
-				bytes, names = bytes+n, names+k
-				w.ClearDirty()
-			}
-			b.ReportMetric(float64(bytes)/float64(b.N), "bytes/batch")
-			b.ReportMetric(float64(names)/float64(b.N), "keys/batch")
+			benchCommits(b, func() bool { return next+batch <= len(recs) }, func() { apply(batch) }, func() (int, int) {
+				defer w.ClearDirty()
+				return encodeCommit(w)
+			})
 		})
 	}
 	// The ten rules together, their dedup sets sharing one store as in
@@ -280,21 +268,7 @@ func BenchmarkRuleChangelog(b *testing.B) {
 			}
 			apply(warm)
 			commit()
-			var bytes, names int
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				if next+batch > len(recs) {
-					b.Fatalf("more than %d batches: run it with -benchtime 100x", (len(recs)-warm)/batch)
-				}
-				apply(batch)
-				b.StartTimer()
-				n, k := commit()
-				bytes, names = bytes+n, names+k
-			}
-			b.ReportMetric(float64(bytes)/float64(b.N), "bytes/batch")
-			b.ReportMetric(float64(names)/float64(b.N), "keys/batch")
+			benchCommits(b, func() bool { return next+batch <= len(recs) }, func() { apply(batch) }, commit)
 		})
 	}
 }
@@ -315,4 +289,24 @@ func encodeCommit(w *Partition) (bytes, names int) {
 		bytes += len(w.EncodeMeta())
 	}
 	return bytes, len(ns) + len(bs)
+}
+
+// benchCommits runs b.N times a batch (untimed, while more records last)
+// and a commit (timed), and reports what the commits wrote per batch.
+func benchCommits(b *testing.B, more func() bool, batch func(), commit func() (bytes, names int)) {
+	var bytes, names int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if !more() {
+			b.Fatalf("only %d batches: run it with -benchtime 100x", i)
+		}
+		batch()
+		b.StartTimer()
+		n, k := commit()
+		bytes, names = bytes+n, names+k
+	}
+	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/batch")
+	b.ReportMetric(float64(names)/float64(b.N), "keys/batch")
 }
