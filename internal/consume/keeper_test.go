@@ -289,11 +289,17 @@ func TestRuleMovedToAnotherKeeperIsRefused(t *testing.T) {
 	in.stop(t)
 
 	cfg.RulesFile = kafkatest.WriteFile(t, "rules2.yaml", aggRules(1, dedup.MaxViews+1))
-	in = start(t, cfg, Options{})
+	waitRefused(t, start(t, cfg, Options{}), "its dedup ids are kept by")
+}
+
+// waitRefused waits until the processor in stops with an error that says
+// want.
+func waitRefused(t *testing.T, in *instance, want string) {
+	t.Helper()
 	select {
 	case err := <-in.done:
-		if err == nil || !strings.Contains(err.Error(), "its dedup ids are kept by") {
-			t.Fatalf("Run returned %v, want the rule's keeper named", err)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Run returned %v, want an error saying %q", err, want)
 		}
 	case <-time.After(30 * time.Second):
 		in.cancel()
@@ -435,14 +441,5 @@ func TestKeeperWithoutItsPositionIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in = start(t, cfg, Options{})
-	select {
-	case err := <-in.done:
-		if err == nil || !strings.Contains(err.Error(), "names no position of it") {
-			t.Fatalf("Run returned %v, want the keeper's position named as missing", err)
-		}
-	case <-time.After(30 * time.Second):
-		in.cancel()
-		t.Fatal("the processor still runs after 30s")
-	}
+	waitRefused(t, start(t, cfg, Options{}), "names no position of it")
 }
