@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -61,6 +62,33 @@ func TestRulesCheckConfigReportsTheRules(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("rules check printed no %q:\n%s", w, out.String())
 		}
+	}
+}
+
+// `rules check --config` names the dedup keepers' changelog topics, which
+// the processor creates besides the rules' (create_topics: false needs
+// them created by hand), with the rules each keeps.
+func TestRulesCheckConfigNamesTheKeepers(t *testing.T) {
+	dir := t.TempDir()
+	rule := "  - id: %s\n    version: 1\n    source: in\n    window: {type: tumbling, size: 1m}\n    aggregate: {fn: max, field: value}\n    threshold: agg >= 3\n    outputs: {alerts: out}\n"
+	rf := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rf, []byte("rules:\n"+fmt.Sprintf(rule, "r1")+fmt.Sprintf(rule, "r2")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(p, []byte("group_id: g\nrules_file: "+rf+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := rulesCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"check", "--config", p})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("rules check: %v\n%s", err, out.String())
+	}
+	if !regexp.MustCompile(`(?m)^  g\.dedup-[0-9a-f]{16}\.changelog: r1\.v1, r2\.v1 \(input in\)$`).MatchString(out.String()) {
+		t.Errorf("rules check named no keeper of r1 and r2:\n%s", out.String())
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -65,6 +66,18 @@ Exit code 0 when every rule is valid, 2 otherwise.`,
 			}
 			if err := consume.CheckDeadLetterRules(rs); err != nil {
 				return usageError{fmt.Errorf("rules check %s: %w", path, err)}
+			}
+			if cfg != nil {
+				ks, err := consume.Keepers(*cfg)
+				if err != nil {
+					return usageError{fmt.Errorf("rules check %s: %w", path, err)}
+				}
+				if len(ks) > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "\ndedup keepers (each persists the event ids of its rules once, in a changelog topic the processor creates like the rules' changelogs):\n")
+				}
+				for _, k := range ks {
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s: %s (input %s)\n", k.Changelog, strings.Join(k.Rules, ", "), k.Input)
+				}
 			}
 			if cfg != nil && len(rs) > 0 && cfg.StateHash(rs[0]) != rs[0].Hash {
 				// The hashes above are the rules'; what the processor

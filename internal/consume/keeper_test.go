@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -442,4 +443,36 @@ func TestKeeperWithoutItsPositionIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRefused(t, start(t, cfg, Options{}), "names no position of it")
+}
+
+// TestKeepersAsPlanned: Keepers (what `processor rules check --config`
+// prints) names the keepers a processor of the configuration runs, with
+// their changelog topics and rules: here one for the in-place aggregating
+// rules of the source and one for the repartitioned rule's topic.
+func TestKeepersAsPlanned(t *testing.T) {
+	cfg := testConfig(nil, t.TempDir(), "plan")
+	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", multiRules)
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, Options{Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Keeper
+	for _, kt := range p.keepers {
+		k := Keeper{Changelog: kt.cl, Input: kt.input}
+		for _, m := range kt.members {
+			k.Rules = append(k.Rules, m.ns)
+		}
+		want = append(want, k)
+	}
+	got, err := Keepers(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 2 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Keepers = %+v, the processor plans %+v (want two)", got, want)
+	}
 }

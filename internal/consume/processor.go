@@ -385,7 +385,7 @@ func (p *Processor) planKeepers(src *source) {
 			group: g,
 			ns:    keeperNS(id),
 			input: src.topic,
-			cl:    fmt.Sprintf("%s.dedup-%s.changelog", p.cfg.GroupID, id),
+			cl:    keeperChangelog(p.cfg, src.topic, g),
 			dir:   filepath.Join(p.cfg.StateDir, "dedup-"+id),
 			like:  src.tasks[g.Members[0]].rule.Rule.Source,
 		}
@@ -396,6 +396,53 @@ func (p *Processor) planKeepers(src *source) {
 		src.keepers = append(src.keepers, kt)
 		p.keepers = append(p.keepers, kt)
 	}
+}
+
+// Keeper describes one dedup keeper of a configuration (planKeepers).
+type Keeper struct {
+	Changelog string   // its changelog topic
+	Input     string   // the topic its rules read
+	Rules     []string // the rules whose ids it keeps, "<id>.v<version>"
+}
+
+// Keepers returns the dedup keepers a processor of cfg runs, with the
+// changelog topics it creates for them (`processor rules check --config`).
+func Keepers(cfg config.Config) ([]Keeper, error) {
+	rs, err := cfg.Rules()
+	if err != nil {
+		return nil, err
+	}
+	byInput := map[string][]*rules.Compiled{}
+	var inputs []string
+	for _, r := range rs {
+		in := r.Rule.Source
+		if r.Rule.Repartitioned() {
+			in = cfg.RepartitionFor(r)
+		}
+		if byInput[in] == nil {
+			inputs = append(inputs, in)
+		}
+		byInput[in] = append(byInput[in], r)
+	}
+	slices.Sort(inputs)
+	var ks []Keeper
+	for _, in := range inputs {
+		members := byInput[in]
+		for _, g := range pipeline.DedupGroupsOf(members) {
+			k := Keeper{Changelog: keeperChangelog(cfg, in, g), Input: in}
+			for _, i := range g.Members {
+				k.Rules = append(k.Rules, fmt.Sprintf("%s.v%d", members[i].Rule.ID, members[i].Rule.Version))
+			}
+			ks = append(ks, k)
+		}
+	}
+	return ks, nil
+}
+
+// keeperChangelog is the changelog topic of the keeper of group g of the
+// rules of cfg reading topic.
+func keeperChangelog(cfg config.Config, topic string, g pipeline.DedupGroup) string {
+	return fmt.Sprintf("%s.dedup-%s.changelog", cfg.GroupID, keeperID(cfg.GroupID, topic, g))
 }
 
 // keeperID names the dedup keeper of group g of the rules of consumer

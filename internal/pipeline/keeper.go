@@ -32,13 +32,22 @@ func DedupShareKey(c *rules.Compiled) string {
 // dedup stores (sliding rules deduplicate inside their window state and
 // are in none).
 func DedupGroups(stages []*Stage) []DedupGroup {
+	rs := make([]*rules.Compiled, len(stages))
+	for i, s := range stages {
+		rs[i] = s.c
+	}
+	return DedupGroupsOf(rs)
+}
+
+// DedupGroupsOf is DedupGroups of the stages of rs.
+func DedupGroupsOf(rs []*rules.Compiled) []DedupGroup {
 	var gs []DedupGroup
 	last := map[string]int{} // key -> index in gs of its newest group
-	for i, s := range stages {
-		if s.Sliding() {
+	for i, r := range rs {
+		if r.Rule.Window.Type == rules.Sliding {
 			continue
 		}
-		key := s.dedupShareKey()
+		key := DedupShareKey(r)
 		g, ok := last[key]
 		if !ok || len(gs[g].Members) == dedup.MaxViews {
 			chunk := 0
