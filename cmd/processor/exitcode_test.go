@@ -45,16 +45,7 @@ func TestRulesCheckConfigReportsTheRules(t *testing.T) {
 	if err := os.WriteFile(rf, []byte("rules:\n  - id: r1\n    version: 1\n    source: in\n    filter: 'value >= '\n    window: {type: tumbling, size: 1m}\n    aggregate: {fn: max, field: value}\n    threshold: agg >= 3\n    outputs: {alerts: out}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, "c.yaml")
-	if err := os.WriteFile(p, []byte("rules_file: "+rf+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd := rulesCmd()
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"check", "--config", p})
-	err := cmd.Execute()
+	out, err := rulesCheckConfig(t, "rules_file: "+rf+"\n")
 	if _, usage := err.(usageError); !usage {
 		t.Fatalf("rules check: %v, want a usage error", err)
 	}
@@ -75,16 +66,8 @@ func TestRulesCheckConfigNamesTheKeepers(t *testing.T) {
 	if err := os.WriteFile(rf, []byte("rules:\n"+fmt.Sprintf(rule, "r1")+fmt.Sprintf(rule, "r2")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, "c.yaml")
-	if err := os.WriteFile(p, []byte("group_id: g\nrules_file: "+rf+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd := rulesCmd()
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"check", "--config", p})
-	if err := cmd.Execute(); err != nil {
+	out, err := rulesCheckConfig(t, "group_id: g\nrules_file: "+rf+"\n")
+	if err != nil {
 		t.Fatalf("rules check: %v\n%s", err, out.String())
 	}
 	if !regexp.MustCompile(`(?m)^  g\.dedup-[0-9a-f]{16}\.changelog: r1\.v1, r2\.v1 \(input in\)$`).MatchString(out.String()) {
@@ -150,6 +133,22 @@ func TestRulesCheckRefusesTooLargeDeadLetterRules(t *testing.T) {
 
 // rulesCheckFile runs `rules check` on a rules file of content y and
 // returns its error.
+// rulesCheckConfig runs `rules check --config` on a configuration file of
+// content y and returns what it printed.
+func rulesCheckConfig(t *testing.T, y string) (*bytes.Buffer, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd := rulesCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"check", "--config", p})
+	return &out, cmd.Execute()
+}
+
 func rulesCheckFile(t *testing.T, y string) error {
 	t.Helper()
 	rf := filepath.Join(t.TempDir(), "rules.yaml")
