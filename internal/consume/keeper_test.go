@@ -138,14 +138,7 @@ func TestUpgradeToDedupKeepers(t *testing.T) {
 	in.stop(t)
 
 	// The layout: one keeper for the two aggregating rules.
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(cfg, Options{Metrics: met})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planned(t, cfg)
 	if len(p.keepers) != 1 || len(p.keepers[0].members) != 2 {
 		t.Fatalf("keepers %v, want one of the two aggregating rules", p.keepers)
 	}
@@ -362,14 +355,7 @@ func TestUpgradeDeletesChunkedOwnDedup(t *testing.T) {
 	if c, m := liveChunksOf(t, seeds, cl); c != 0 || m != 0 {
 		t.Errorf("after the upgrade: %d live chunks, %d manifests left in the rule's changelog", c, m)
 	}
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(cfg, Options{Metrics: met})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planned(t, cfg)
 	if c, m := liveChunksOf(t, seeds, p.keepers[0].cl); c == 0 || m == 0 {
 		t.Errorf("the keeper's changelog holds %d live chunks and %d manifests, want the ids chunked", c, m)
 	}
@@ -452,14 +438,7 @@ func TestKeeperWithoutItsPositionIsRefused(t *testing.T) {
 func TestKeepersAsPlanned(t *testing.T) {
 	cfg := testConfig(nil, t.TempDir(), "plan")
 	cfg.RulesFile = kafkatest.WriteFile(t, "rules.yaml", multiRules)
-	met, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(cfg, Options{Metrics: met})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planned(t, cfg)
 	var want []Keeper
 	for _, kt := range p.keepers {
 		k := Keeper{Changelog: kt.cl, Input: kt.input}
@@ -475,4 +454,18 @@ func TestKeepersAsPlanned(t *testing.T) {
 	if len(want) != 2 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("Keepers = %+v, the processor plans %+v (want two)", got, want)
 	}
+}
+
+// planned returns a processor of cfg, not run: its plan (tasks, keepers).
+func planned(t *testing.T, cfg config.Config) *Processor {
+	t.Helper()
+	met, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, Options{Metrics: met})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
