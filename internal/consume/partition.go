@@ -72,6 +72,8 @@ type part struct {
 	src *source
 	rs  []*rulePart // one per src.tasks, same order
 	ks  []*rulePart // one per src.keepers, same order: kp set, win nil
+	// clBuf is changelogEntries' buffer, reused batch after batch.
+	clBuf []clEntry
 
 	endOffset  int64     // last stable offset at the last fetch
 	restoredAt int64     // the group's committed offset when it was restored (0: none)
@@ -396,7 +398,8 @@ type clEntry struct {
 // chunks an entry no longer uses are deleted (chunk.go). It touches only
 // this partition's state, so partitions are encoded in parallel.
 func (pt *part) changelogEntries() ([]clEntry, error) {
-	var out []clEntry
+	out := pt.clBuf[:0] // the previous batch's, ended (endBatch)
+	defer func() { pt.clBuf = out }()
 	for _, rp := range pt.all() { // keepers last: after their members' Sweep
 		rp.batchChunks, rp.chunked = nil, 0
 		emit := func(name, value []byte) {

@@ -1121,43 +1121,29 @@ func (p *Processor) holdBack(ctx context.Context, held, polled []pkey) error {
 func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) error {
 	p.drain()
 	start := p.now()
-	batches := map[*task]*state.Batch{}
-	var stageErr error
-	stage := func(rp *rulePart, id int32, name []byte, value []byte) {
-		if stageErr != nil {
-			return
-		}
-		b := batches[rp.t]
-		if b == nil {
-			b = rp.t.store.NewBatch()
-			batches[rp.t] = b
-		}
-		rec := &kgo.Record{Topic: rp.t.cl, Partition: id, Key: name, Value: value}
-		p.sess.Produce(ctx, rec)
-		rp.lastCL = rec
-		stageErr = b.Put(id, name, value)
-	}
-	var entries [][]clEntry
+	// Each partition's entries are encoded, produced and staged in its
+	// own Pebble batch per store by one goroutine, the partitions in
+	// parallel: a partition's entries touch only its own state and its
+	// own changelog partitions, so the records of one changelog
+	// partition keep their order, and each batch holds its partition's
+	// checkpoint (endBatch commits them after the transaction).
+	staged := make([]stagedPart, len(p.batch))
 	if commit { // nothing to write for an abort
 		p.markers(ctx)
-		// The partitions' entries are encoded in parallel (a partition's
-		// rules share its dedup store, so one goroutine per partition),
-		// then produced and staged in order.
-		entries = make([][]clEntry, len(p.batch))
-		errs := make([]error, len(p.batch))
-		p.parallel(len(p.batch), func(i int) { entries[i], errs[i] = p.batch[i].changelogEntries() })
-		for i, pt := range p.batch {
-			if errs[i] != nil && stageErr == nil {
-				stageErr = errs[i]
-			}
-			for _, e := range entries[i] {
-				stage(e.rp, pt.id, e.name, e.value)
-			}
+		p.parallel(len(p.batch), func(i int) { staged[i] = p.stage(ctx, p.batch[i]) })
+	}
+	var stageErr error
+	for _, sp := range staged {
+		if sp.err != nil {
+			stageErr = sp.err
+			break
 		}
 	}
 	discard := func() {
-		for _, b := range batches {
-			b.Discard()
+		for _, sp := range staged {
+			for _, b := range sp.batches {
+				b.Discard()
+			}
 		}
 	}
 	want := commit && stageErr == nil && (p.abortFn == nil || !p.abortFn())
@@ -1192,8 +1178,8 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		if p.cfg.Mode == config.AtLeastOnce {
 			// Its changelog records were flushed (alo.End): the next
 			// commit writes their keys' committed values again.
-			for _, es := range entries {
-				rewriteFlushed(es)
+			for _, sp := range staged {
+				rewriteFlushed(sp.entries)
 			}
 		}
 		if err := p.reloadAll(); err != nil {
@@ -1204,29 +1190,27 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		}
 		return nil
 	}
-	for _, pt := range p.batch {
+	var all []*state.Batch
+	for i, pt := range p.batch {
 		for _, rp := range pt.all() {
-			if b := batches[rp.t]; b != nil {
+			if b := staged[i].batches[rp.t]; b != nil {
 				if err := b.SetCheckpoint(pt.id, rp.nextTarget()); err != nil {
 					discard()
 					return err
 				}
+				all = append(all, b)
 			}
 		}
 	}
-	// One Pebble store per rule: their batches commit in parallel (a
-	// restore compares each store's checkpoint with the committed offsets,
-	// so a crash may leave any subset of them written).
-	all := p.allTasks()
+	// One Pebble store per rule, one batch per store and partition: they
+	// commit in parallel (a restore compares each store's checkpoint of a
+	// partition with the committed offsets, so a crash may leave any
+	// subset of them written).
 	commitErrs := make([]error, len(all))
-	p.parallel(len(all), func(i int) {
-		if b := batches[all[i]]; b != nil {
-			commitErrs[i] = b.Commit()
-		}
-	})
+	p.parallel(len(all), func(i int) { commitErrs[i] = all[i].Commit() })
 	if err := errors.Join(commitErrs...); err != nil {
-		for i, t := range all {
-			if b := batches[t]; b != nil && commitErrs[i] != nil {
+		for i, b := range all {
+			if commitErrs[i] != nil {
 				b.Discard() // a failed Commit did not close it
 			}
 		}
@@ -1302,6 +1286,50 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		p.onCmt()
 	}
 	return nil
+}
+
+// stagedPart is what endBatch staged of one partition: its changelog
+// entries (produced into the open transaction), its Pebble batch of each
+// store they went to, and the first error.
+type stagedPart struct {
+	entries []clEntry
+	batches map[*task]*state.Batch
+	err     error
+}
+
+// stage encodes pt's changelog entries, produces them and stages them in
+// one batch per store. It touches only pt's state (run for several
+// partitions at once: Produce is safe for concurrent use, and Pebble's
+// Get and NewBatch too).
+func (p *Processor) stage(ctx context.Context, pt *part) stagedPart {
+	es, err := pt.changelogEntries()
+	sp := stagedPart{entries: es, err: err}
+	if err != nil {
+		return sp
+	}
+	size := map[*task]int{}
+	for _, e := range es {
+		size[e.rp.t] += state.BatchSize(len(e.name), len(e.value))
+	}
+	for _, e := range es {
+		rp := e.rp
+		b := sp.batches[rp.t]
+		if b == nil {
+			if sp.batches == nil {
+				sp.batches = make(map[*task]*state.Batch, len(size))
+			}
+			b = rp.t.store.NewBatchSize(size[rp.t])
+			sp.batches[rp.t] = b
+		}
+		rec := &kgo.Record{Topic: rp.t.cl, Partition: pt.id, Key: e.name, Value: e.value}
+		p.sess.Produce(ctx, rec)
+		rp.lastCL = rec
+		if err := b.Put(pt.id, e.name, e.value); err != nil {
+			sp.err = fmt.Errorf("%s/%d: %w", rp.t.cl, pt.id, err)
+			return sp
+		}
+	}
+	return sp
 }
 
 // IdleAfter is how long a caught-up source partition forwards nothing

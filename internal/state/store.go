@@ -286,19 +286,32 @@ func (s *Store) Stats() Stats {
 // Batch stages changes of several partitions; nothing is visible or durable
 // until Commit, which is atomic.
 type Batch struct {
-	b *pebble.Batch
+	b   *pebble.Batch
+	key []byte // Put's scratch key (Pebble copies it)
 }
 
 // NewBatch starts a batch.
 func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
 
+// NewBatchSize starts a batch whose buffer holds entries of about size
+// bytes (the sum of their BatchSize) and a checkpoint before it grows.
+func (s *Store) NewBatchSize(size int) *Batch {
+	return &Batch{b: s.db.NewBatchWithSize(size + 64)}
+}
+
+// BatchSize is what Put of an entry with a name and a value of these
+// lengths adds to a batch's buffer, about: NewBatchSize's unit.
+func BatchSize(name, value int) int { return name + value + 16 }
+
 // Put stages one changelog entry for partition p: value nil deletes it (a
 // tombstone).
 func (b *Batch) Put(p int32, name, value []byte) error {
+	b.key = binary.BigEndian.AppendUint32(append(b.key[:0], 'p'), uint32(p)) // entryKey
+	b.key = append(append(b.key, 's'), name...)
 	if value == nil {
-		return b.b.Delete(entryKey(p, name), nil)
+		return b.b.Delete(b.key, nil)
 	}
-	return b.b.Set(entryKey(p, name), value, nil)
+	return b.b.Set(b.key, value, nil)
 }
 
 // SetCheckpoint stages partition p's changelog position.
