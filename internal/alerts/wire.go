@@ -179,12 +179,20 @@ const hexDigits = "0123456789abcdef"
 // hex), each invalid UTF-8 byte becomes \ufffd, and U+2028 and U+2029 become
 // \u2028 and \u2029 (for JSONP). Everything else, including '<', '>', '&'
 // and DEL, is copied as is.
+//
+// Runs of bytes that need no escape (the whole string, almost always) are
+// found eight bytes at a time (plainWord) and copied in one append; only an
+// escape or a non-ASCII byte takes the byte-wise path.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0 // s[start:i] is pending: copied in one append when an escape comes
 	for i := 0; i < len(s); {
+		i += plainPrefix(s[i:])
+		if i == len(s) {
+			break
+		}
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if plainASCII[c] {
 				i++
 				continue
 			}
@@ -211,6 +219,52 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// plainASCII[c] is true for the ASCII bytes appendString copies as is:
+// all but the control characters, '"' and '\\'.
+var plainASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// Byte-wise masks of a 64-bit word: 0x01 and 0x80 in every byte.
+const (
+	lowBits  = 0x0101010101010101
+	highBits = 0x8080808080808080
+)
+
+// plainPrefix returns the length of the longest prefix of s made of whole
+// 8-byte words in which no byte needs appendString's attention (plainWord).
+func plainPrefix(s string) int {
+	n := 0
+	for ; n+8 <= len(s); n += 8 {
+		w := s[n : n+8]
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		if !plainWord(x) {
+			break
+		}
+	}
+	return n
+}
+
+// plainWord reports whether none of the 8 bytes of x is below 0x20, '"',
+// '\\' or non-ASCII (>= 0x80). It tests the bytes in parallel: for x
+// without high bits, (x - n*lowBits) &^ x has a high bit set in the lowest
+// byte below n and in none when there is no such byte (the borrow may mark
+// bytes after it, which only matters for locating a byte, not for whether
+// there is one); a byte equal to c is a zero byte of x ^ c*lowBits, a byte
+// below 1.
+func plainWord(x uint64) bool {
+	control := (x - 0x20*lowBits) &^ x
+	quote := x ^ '"'*lowBits
+	quote = (quote - lowBits) &^ quote
+	backslash := x ^ '\\'*lowBits
+	backslash = (backslash - lowBits) &^ backslash
+	return (x|control|quote|backslash)&highBits == 0
 }
 
 // appendEscapedByte appends the escape of an ASCII byte that JSON (or

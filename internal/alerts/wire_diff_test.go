@@ -441,3 +441,69 @@ func BenchmarkEncodeEvidence10(b *testing.B) {
 		})
 	}
 }
+
+// jsonString is s as encoding/json writes it without HTML escaping: the
+// oracle of appendString.
+func jsonString(t *testing.T, s string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+// stringPieces are what randomString strings together: plain ASCII, every
+// byte appendString escapes or inspects, valid multi-byte runes (U+2028 and
+// U+2029 among them) and invalid or truncated UTF-8.
+var stringPieces = []string{
+	"a", "Z", "0", " ", "-", "~", "\x7f", "<", ">", "&", "/",
+	"\"", "\\", "\x00", "\x01", "\b", "\t", "\n", "\v", "\f", "\r", "\x1b", "\x1f",
+	"é", "振", "🚨", "\u2028", "\u2029", "\u2027", "\u202a", "\ufffd",
+	"\x80", "\xbf", "\xc0", "\xc3", "\xe2\x80", "\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf0\x9f\x9a", "\xff",
+}
+
+// randomString is a string of up to 40 pieces, mostly plain ASCII so that
+// escapes fall at every offset of the 8-byte words appendString scans.
+func randomString(rng *rand.Rand) string {
+	var b strings.Builder
+	for range rng.IntN(41) {
+		if rng.IntN(4) > 0 {
+			b.WriteByte(byte(0x20 + rng.IntN(0x5f)))
+			continue
+		}
+		b.WriteString(stringPieces[rng.IntN(len(stringPieces))])
+	}
+	return b.String()
+}
+
+// TestAppendStringMatchesReference compares appendString with encoding/json
+// on random strings, on every byte value alone and on long plain runs with
+// one special byte at each offset.
+func TestAppendStringMatchesReference(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		if got, want := string(appendString(nil, s)), jsonString(t, s); got != want {
+			t.Fatalf("appendString(%q) = %s, encoding/json %s", s, got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 100_000 {
+		check(randomString(rng))
+	}
+	for c := range 256 {
+		check(string([]byte{byte(c)}))
+		for _, at := range []int{0, 1, 7, 8, 9, 15, 16, 23} {
+			s := []byte(strings.Repeat("abcdefgh", 3))
+			s[at] = byte(c)
+			check(string(s))
+		}
+	}
+	for _, piece := range stringPieces {
+		for at := range 17 {
+			check(strings.Repeat("x", at) + piece + strings.Repeat("y", 17-at))
+		}
+	}
+}
