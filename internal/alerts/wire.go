@@ -293,6 +293,9 @@ func appendEscapedByte(b []byte, c byte) []byte {
 // exponent's leading zero dropped (1e-07 becomes 1e-7). Negative zero is
 // written "-0", as encoding/json does.
 func appendFloat(b []byte, f float64) []byte {
+	if d, ok := appendShortDecimal(b, f); ok {
+		return d
+	}
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
@@ -307,6 +310,76 @@ func appendFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
+}
+
+// maxShortFraction is the most fraction digits appendShortDecimal tries:
+// sensor values are written with up to three decimals (a few more after a
+// unit conversion), and each digit tried costs a float division on the way
+// to strconv for the values that have none such form.
+const maxShortFraction = 8
+
+// pow10 holds the powers of ten up to 10^maxShortFraction, exact in both
+// types.
+var (
+	pow10Float = [maxShortFraction + 1]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8}
+	pow10Int   = [maxShortFraction + 1]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8}
+)
+
+// appendShortDecimal appends f as appendFloat does when f is the float64
+// nearest to n/10^k for an integer n < 2^50 and k <= maxShortFraction (most
+// sensor values and aggregates: 7.5, 12, 9.125), and reports false, having
+// appended nothing, otherwise. It is the fast path of strconv's shortest
+// formatting for such numbers:
+//
+//   - If f reads back from some n/10^k, abs*10^k rounds to n: f is within
+//     half an ulp (at most abs*2^-53) of n/10^k and the product adds at
+//     most as much again, together less than 1/4 when n < 2^50. So the loop
+//     stops at the fewest fraction digits of any such decimal of f, which
+//     for a given f is also the fewest significant digits.
+//   - It is the only decimal with k fraction digits that reads back as f:
+//     its neighbours are 10^-k away, more than four ulps of f when
+//     n < 2^50, so strconv has no closer one to choose instead.
+//   - n/10^k == abs in float64 is exactly "reads back as f": n and 10^k are
+//     exact and the division rounds to nearest, ties to even, as ParseFloat
+//     does.
+//
+// 1e-6 <= |f| < 2^50 keeps the number in appendFloat's 'f' form, and leaves
+// out 0 and -0 (strconv's "0" and "-0").
+func appendShortDecimal(b []byte, f float64) ([]byte, bool) {
+	abs := math.Abs(f)
+	if !(abs >= 1e-6 && abs < 1<<50) {
+		return b, false
+	}
+	for k, p := range pow10Float {
+		n := math.Round(abs * p)
+		if n >= 1<<50 {
+			return b, false
+		}
+		if n/p == abs {
+			if f < 0 {
+				b = append(b, '-')
+			}
+			return appendFixed(b, uint64(n), k), true
+		}
+	}
+	return b, false
+}
+
+// appendFixed appends n/10^k in decimal with exactly k fraction digits
+// (none and no point for k = 0).
+func appendFixed(b []byte, n uint64, k int) []byte {
+	b = strconv.AppendUint(b, n/pow10Int[k], 10)
+	if k == 0 {
+		return b
+	}
+	var digits [maxShortFraction]byte
+	frac := n % pow10Int[k]
+	for i := k - 1; i >= 0; i-- {
+		digits[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	b = append(b, '.')
+	return append(b, digits[:k]...)
 }
 
 // appendQuotedTime appends FormatTime(ms) as a JSON string; its characters

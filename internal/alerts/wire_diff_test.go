@@ -507,3 +507,65 @@ func TestAppendStringMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// jsonFloat is f as encoding/json writes it: the oracle of appendFloat.
+func jsonFloat(t *testing.T, f float64) string {
+	t.Helper()
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestAppendFloatShortDecimals compares appendFloat with encoding/json on
+// the numbers appendShortDecimal formats itself, n/10^k for integers n of
+// every length and k up to two beyond maxShortFraction, on their float64
+// neighbours (which have no short form) and on sensor-like values: three
+// decimals, converted from in/s, averaged.
+func TestAppendFloatShortDecimals(t *testing.T) {
+	check := func(f float64) {
+		t.Helper()
+		if got, want := string(appendFloat(nil, f)), jsonFloat(t, f); got != want {
+			t.Fatalf("appendFloat(%b) = %s, encoding/json %s", f, got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 200_000 {
+		n := float64(rng.Int64N(1 << rng.IntN(54)))
+		k := rng.IntN(maxShortFraction + 3)
+		f := n / math.Pow10(k)
+		if rng.IntN(2) == 0 {
+			f = -f
+		}
+		check(f)
+		check(math.Nextafter(f, math.Inf(1)))
+		check(math.Nextafter(f, math.Inf(-1)))
+		v := math.Round(rng.Float64()*20_000) / 1000
+		check(v)
+		check(math.Round(v/25.4*1000) / 1000 * 25.4)
+		check((v + 7.1 + 12.345) / 3)
+	}
+	for _, f := range []float64{1e-6, 1e-5, 0.1, 0.2, 0.3, 0.7, 1 << 50, 1<<50 - 1, 1<<50 - 0.5, 1<<49 + 0.25,
+		(1<<50 - 1) / 1e8, 999_999.999_999_99, 7.62, 7.619999999999999, 25.4, 0.000_001_5, 0.000_000_99} {
+		check(f)
+		check(-f)
+	}
+}
+
+// BenchmarkAppendFloat is appendFloat on sensor-like values: three
+// decimals (the fast path), converted from in/s and averaged (mostly
+// strconv's).
+func BenchmarkAppendFloat(b *testing.B) {
+	for _, bm := range []struct {
+		name string
+		v    float64
+	}{{"3-decimals", 7.125}, {"integer", 12}, {"converted", 0.289 * 25.4}, {"average", 9.123456789}} {
+		b.Run(bm.name, func(b *testing.B) {
+			buf := make([]byte, 0, 32)
+			for b.Loop() {
+				buf = appendFloat(buf[:0], bm.v)
+			}
+		})
+	}
+}
