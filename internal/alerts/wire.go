@@ -409,14 +409,28 @@ func appendTime(b []byte, ms int64) []byte {
 	// Filled in place in a copy of the layout, then appended at once.
 	t := [len(timeLayout)]byte{'0', '0', '0', '0', '-', '0', '0', '-', '0', '0', 'T',
 		'0', '0', ':', '0', '0', ':', '0', '0', '.', '0', '0', '0', 'Z'}
-	putDigits(t[0:4], year)
-	putDigits(t[5:7], month)
-	putDigits(t[8:10], day)
-	putDigits(t[11:13], msOfDay/3_600_000)
-	putDigits(t[14:16], msOfDay/60_000%60)
-	putDigits(t[17:19], msOfDay/1000%60)
-	putDigits(t[20:23], msOfDay%1000)
+	putPair(t[0:2], uint64(year)/100)
+	putPair(t[2:4], uint64(year)%100)
+	putPair(t[5:7], uint64(month))
+	putPair(t[8:10], uint64(day))
+	sec, milli := uint64(msOfDay)/1000, uint64(msOfDay)%1000
+	putPair(t[11:13], sec/3600)
+	putPair(t[14:16], sec/60%60)
+	putPair(t[17:19], sec%60)
+	t[20] = byte('0' + milli/100)
+	putPair(t[21:23], milli%100)
 	return append(b, t[:]...)
+}
+
+// digitPairs holds "00" to "99": the two digits of v at digitPairs[2v:].
+const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" +
+	"30313233343536373839" + "40414243444546474849" + "50515253545556575859" +
+	"60616263646566676869" + "70717273747576777879" + "80818283848586878889" +
+	"90919293949596979899"
+
+// putPair writes v (< 100) as two decimal digits into dst[0:2].
+func putPair(dst []byte, v uint64) {
+	dst[1], dst[0] = digitPairs[2*v+1], digitPairs[2*v]
 }
 
 // civilDate converts days since 0000-01-01 (proleptic Gregorian, >= 0) to a
@@ -438,15 +452,6 @@ func civilDate(days int64) (year, month, day int64) {
 		year++
 	}
 	return year, month, day
-}
-
-// putDigits writes v (>= 0) in decimal into dst, zero-padded to len(dst)
-// digits.
-func putDigits(dst []byte, v int64) {
-	for i := len(dst) - 1; i >= 0; i-- {
-		dst[i] = byte('0' + v%10)
-		v /= 10
-	}
 }
 
 // check reports the first field the JSON schema cannot express.

@@ -569,3 +569,13 @@ func BenchmarkAppendFloat(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendTime is one wire time, as Encode writes one per evidence
+// event.
+func BenchmarkAppendTime(b *testing.B) {
+	buf := make([]byte, 0, 32)
+	ms := int64(1_767_348_045_500) // 2026-01-02T10:00:45.500Z
+	for b.Loop() {
+		buf = appendTime(buf[:0], ms)
+	}
+}
