@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"unsafe"
 
 	"github.com/vibeline/processor/internal/aggwindow"
 	"github.com/vibeline/processor/internal/alerts"
@@ -358,18 +359,23 @@ func (s *Stage) alertOf(id string, revision int, status, mergedInto string, star
 	}
 }
 
-// evidenceOf converts the evidence of either window package (the same
-// fields) to the alert's.
+// evidenceOf is the evidence of either window package as the alert's: the
+// same elements, viewed as []alerts.Evidence rather than copied (the alert
+// path only reads them, and a revision's evidence is its caller's). The
+// three Evidence types have the same fields in the same order (checked at
+// compile time below), so they have the same memory layout. nil gives an
+// empty, non-nil slice, as the copy did.
 func evidenceOf[E window.Evidence | aggwindow.Evidence](es []E) []alerts.Evidence {
-	out := make([]alerts.Evidence, 0, len(es))
-	for _, e := range es {
-		x := window.Evidence(e)
-		out = append(out, alerts.Evidence{
-			EventID: x.EventID, SensorID: x.SensorID, TS: x.TS, Value: x.Value, Partition: x.Partition, Offset: x.Offset,
-		})
+	if len(es) == 0 {
+		return []alerts.Evidence{}
 	}
-	return out
+	return unsafe.Slice((*alerts.Evidence)(unsafe.Pointer(unsafe.SliceData(es))), len(es))
 }
+
+// This does not compile unless window.Evidence and aggwindow.Evidence
+// convert to alerts.Evidence: their underlying struct types are identical
+// (field names, types and order), what evidenceOf's view relies on.
+var _ = [...]alerts.Evidence{alerts.Evidence(window.Evidence{}), alerts.Evidence(aggwindow.Evidence{})}
 
 // Watermark marker headers: a forwarder reports on each source partition
 // it owns to every partition of a repartition topic with a record without
@@ -467,11 +473,11 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 		a.KeyField, a.Key = s.c.Rule.Key, key
 	}
 	a.Aggregate = agg
-	what := s.desc
-	if agg != nil {
-		what = fmt.Sprintf("%s (%s %s)", s.desc, agg.Fn, strconv.FormatFloat(agg.Value, 'g', 6, 64))
+	reason := alerts.Reason{
+		Status: a.Status, Count: a.Count, What: s.desc, Aggregate: agg,
+		Noun: s.keyNoun(), Key: key, Start: a.Start, End: a.End, MergedInto: a.MergedInto,
 	}
-	a.Reason = alerts.ReasonSentenceKeyed(a.Status, a.Count, what, s.keyNoun(), key, a.Start, a.End, a.MergedInto)
+	a.Reason = reason.String()
 	val, js, err := s.encodeValue(&a)
 	if err == nil && !fits(val, js) {
 		val, js, err = s.fit(a)
