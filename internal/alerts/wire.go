@@ -30,12 +30,26 @@ import (
 // wire_diff_test.go keeps the encoding/json version as the reference and
 // compares both, by hand-picked cases and by fuzzing.
 func (a Alert) Encode() ([]byte, error) {
+	return a.AppendEncode(nil)
+}
+
+// AppendEncode appends the alert's JSON value (Encode) to b and returns the
+// extended buffer, or b and the error Encode would return. b is grown at
+// most once (to sizeHint's bound) unless a string needs escapes. With a
+// stack or reused buffer of a few kilobytes, the caller can copy the value
+// into an allocation of exactly its size, where Encode allocates an upper
+// bound of it.
+func (a *Alert) AppendEncode(b []byte) ([]byte, error) {
 	if err := a.check(); err != nil {
-		return nil, fmt.Errorf("alerts: encode %s rev %d: %w", a.AlertID, a.Revision, err)
+		return b, fmt.Errorf("alerts: encode %s rev %d: %w", a.AlertID, a.Revision, err)
 	}
 	// After check nothing can fail: every float is finite and every time is
 	// in the four-digit-year range appendTime handles.
-	return a.appendJSON(make([]byte, 0, a.sizeHint())), nil
+	if n := a.sizeHint(); cap(b)-len(b) < n {
+		// (Not slices.Grow: with -race it allocates twice.)
+		b = append(make([]byte, 0, len(b)+n), b...)
+	}
+	return a.appendJSON(b), nil
 }
 
 // Upper bounds of the unquoted pieces whose length depends on the value.

@@ -579,3 +579,25 @@ func BenchmarkAppendTime(b *testing.B) {
 		buf = appendTime(buf[:0], ms)
 	}
 }
+
+// TestAppendEncode checks that AppendEncode appends Encode's bytes to any
+// buffer (empty, with room or without, with content) and on a refused alert
+// returns the buffer unchanged with Encode's error.
+func TestAppendEncode(t *testing.T) {
+	for i, a := range append(handPickedAlerts(), refusedAlerts()...) {
+		want, wantErr := a.Encode()
+		for _, buf := range [][]byte{nil, make([]byte, 0, 4096), []byte("key:"), make([]byte, 3, 8)} {
+			prefix := string(buf)
+			got, err := a.AppendEncode(buf)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("alert %d: AppendEncode error %v, Encode error %v", i, err, wantErr)
+			}
+			if err != nil {
+				want = nil
+			}
+			if string(got) != prefix+string(want) {
+				t.Fatalf("alert %d: AppendEncode(%q) = %q, want the prefix then %q", i, prefix, got, want)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strconv"
@@ -490,12 +491,26 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 	return Output{Kind: Alert, Key: []byte(key), Value: val, JSON: js, Status: a.Status}
 }
 
+// alertScratchBytes is the size of encodeValue's stack buffer: an alert
+// with EvidenceLimit events and ids of usual length is about 1.5 KB.
+const alertScratchBytes = 4096
+
 // encodeValue returns a's record value and, when that is not JSON (Avro
 // alerts), its JSON for the status page; js is nil for JSON alerts.
 func (s *Stage) encodeValue(a *alerts.Alert) (val, js []byte, err error) {
 	if s.o.EncodeAlert == nil {
-		val, err = a.Encode()
-		return val, nil, err
+		// Encoded on the stack, then copied into an allocation of the
+		// value's size: Encode's own buffer is an upper bound of it, about
+		// twice the size for an alert with ten evidence events. A value
+		// that may not fit the scratch buffer is encoded on the heap, then
+		// copied all the same (returning that buffer instead would move the
+		// scratch buffer to the heap too).
+		var scratch [alertScratchBytes]byte
+		v, err := a.AppendEncode(scratch[:0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return bytes.Clone(v), nil, nil
 	}
 	val, err = s.o.EncodeAlert(*a)
 	js, _ = a.Encode()
