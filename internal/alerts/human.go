@@ -28,44 +28,139 @@ func ReasonSentence(status string, count int, what string, key string, start, en
 // something other than a machine: "on <noun> <key>" (for example "on sensor
 // S-1").
 func ReasonSentenceKeyed(status string, count int, what, noun, key string, start, end int64, mergedInto string) string {
-	var b strings.Builder
-	b.WriteString(strconv.Itoa(count))
-	b.WriteByte(' ')
-	b.WriteString(what)
-	b.WriteString(" on ")
-	b.WriteString(noun)
-	b.WriteByte(' ')
-	b.WriteString(key)
-	b.WriteString(" within ")
-	b.WriteString(formatSpan(end - start))
-	b.WriteString(", from ")
-	from, to := FormatTime(start), FormatTime(end)
-	b.WriteString(from)
-	b.WriteString(" to ")
-	if len(from) == len(timeLayout) && len(to) == len(timeLayout) && from[:11] == to[:11] {
+	r := Reason{Status: status, Count: count, What: what, Noun: noun, Key: key, Start: start, End: end, MergedInto: mergedInto}
+	return r.String()
+}
+
+// Reason holds the parts of an alert's reason sentence (ReasonSentence):
+// Append and String build it without intermediate strings, for the
+// processor's alert path.
+type Reason struct {
+	Status string
+	Count  int
+	// What describes the qualifying events. Aggregate, when not nil, is
+	// named after it as " (<fn> <value>)", the value in %g form with 6
+	// significant digits: "readings (max 13.37)".
+	What      string
+	Aggregate *Aggregate
+	// Noun is what the key identifies ("machine", "sensor").
+	Noun, Key  string
+	Start, End int64
+	MergedInto string
+}
+
+// String is the reason sentence.
+func (r *Reason) String() string {
+	var buf [256]byte // most sentences fit: then the string is the only allocation
+	return string(r.Append(buf[:0]))
+}
+
+// Append appends the reason sentence to b.
+func (r *Reason) Append(b []byte) []byte {
+	b = strconv.AppendInt(b, int64(r.Count), 10)
+	b = append(b, ' ')
+	b = append(b, r.What...)
+	if g := r.Aggregate; g != nil {
+		b = append(b, " ("...)
+		b = append(b, g.Fn...)
+		b = append(b, ' ')
+		b = strconv.AppendFloat(b, g.Value, 'g', 6, 64)
+		b = append(b, ')')
+	}
+	b = append(b, " on "...)
+	b = append(b, r.Noun...)
+	b = append(b, ' ')
+	b = append(b, r.Key...)
+	b = append(b, " within "...)
+	b = appendSpan(b, r.End-r.Start)
+	b = append(b, ", from "...)
+	b = appendFromTo(b, r.Start, r.End)
+	switch r.Status {
+	case StatusUpdated:
+		b = append(b, " (revised)"...)
+	case StatusMerged:
+		b = append(b, ", merged into alert "...)
+		b = append(b, r.MergedInto...)
+	case StatusClosed:
+		b = append(b, ", closed"...)
+	}
+	return b
+}
+
+// appendFromTo appends "<start> to <end>", end shortened to the time of day
+// when it falls on start's UTC date (both FormatTime).
+func appendFromTo(b []byte, start, end int64) []byte {
+	if !timeInRange(start) || !timeInRange(end) {
+		// FormatTime's forms beyond years 0000..9999, as ever.
+		from, to := FormatTime(start), FormatTime(end)
+		if len(from) == len(timeLayout) && len(to) == len(timeLayout) && from[:11] == to[:11] {
+			to = to[11:]
+		}
+		b = append(b, from...)
+		b = append(b, " to "...)
+		return append(b, to...)
+	}
+	var t [len(timeLayout)]byte
+	to := appendTime(t[:0], end)
+	n := len(b)
+	b = appendTime(b, start)
+	if string(b[n:n+11]) == string(to[:11]) {
 		to = to[11:] // same date: time of day only
 	}
-	b.WriteString(to)
-	switch status {
-	case StatusUpdated:
-		b.WriteString(" (revised)")
-	case StatusMerged:
-		b.WriteString(", merged into alert ")
-		b.WriteString(mergedInto)
-	case StatusClosed:
-		b.WriteString(", closed")
-	}
-	return b.String()
+	b = append(b, " to "...)
+	return append(b, to...)
 }
 
 // formatSpan renders a span of milliseconds as a Go duration ("1m30s",
 // "2.5s", "0s"); spans beyond time.Duration's range as milliseconds.
 func formatSpan(ms int64) string {
-	const limit = int64(1<<63-1) / int64(time.Millisecond)
-	if ms > limit || ms < -limit {
-		return strconv.FormatInt(ms, 10) + "ms"
+	return string(appendSpan(nil, ms))
+}
+
+// maxSpanMs is the longest span (either sign) that time.Duration holds.
+const maxSpanMs = int64(1<<63-1) / int64(time.Millisecond)
+
+// appendSpan appends formatSpan(ms): time.Duration's String form, which for
+// whole milliseconds is "<n>ms" below a second and otherwise
+// [<h>h][<m>m]<s>[.<fraction>]s, minutes written whenever hours are and the
+// fraction without trailing zeros; spans beyond time.Duration's range as
+// "<ms>ms".
+func appendSpan(b []byte, ms int64) []byte {
+	if ms > maxSpanMs || ms < -maxSpanMs {
+		b = strconv.AppendInt(b, ms, 10)
+		return append(b, "ms"...)
 	}
-	return (time.Duration(ms) * time.Millisecond).String()
+	if ms == 0 {
+		return append(b, "0s"...)
+	}
+	u := uint64(ms)
+	if ms < 0 {
+		b = append(b, '-')
+		u = uint64(-ms)
+	}
+	if u < 1000 {
+		b = strconv.AppendUint(b, u, 10)
+		return append(b, "ms"...)
+	}
+	sec, milli := u/1000, u%1000
+	if h := sec / 3600; h > 0 {
+		b = strconv.AppendUint(b, h, 10)
+		b = append(b, 'h')
+	}
+	if sec >= 60 {
+		b = strconv.AppendUint(b, sec/60%60, 10)
+		b = append(b, 'm')
+	}
+	b = strconv.AppendUint(b, sec%60, 10)
+	if milli != 0 {
+		d := [4]byte{'.', byte('0' + milli/100), byte('0' + milli/10%10), byte('0' + milli%10)}
+		n := len(d)
+		for d[n-1] == '0' {
+			n--
+		}
+		b = append(b, d[:n]...)
+	}
+	return append(b, 's')
 }
 
 // Human renders one revision for people (processor demo, logs of the

@@ -30,12 +30,26 @@ import (
 // wire_diff_test.go keeps the encoding/json version as the reference and
 // compares both, by hand-picked cases and by fuzzing.
 func (a Alert) Encode() ([]byte, error) {
+	return a.AppendEncode(nil)
+}
+
+// AppendEncode appends the alert's JSON value (Encode) to b and returns the
+// extended buffer, or b and the error Encode would return. b is grown at
+// most once (to sizeHint's bound) unless a string needs escapes. With a
+// stack or reused buffer of a few kilobytes, the caller can copy the value
+// into an allocation of exactly its size, where Encode allocates an upper
+// bound of it.
+func (a *Alert) AppendEncode(b []byte) ([]byte, error) {
 	if err := a.check(); err != nil {
-		return nil, fmt.Errorf("alerts: encode %s rev %d: %w", a.AlertID, a.Revision, err)
+		return b, fmt.Errorf("alerts: encode %s rev %d: %w", a.AlertID, a.Revision, err)
 	}
 	// After check nothing can fail: every float is finite and every time is
 	// in the four-digit-year range appendTime handles.
-	return a.appendJSON(make([]byte, 0, a.sizeHint())), nil
+	if n := a.sizeHint(); cap(b)-len(b) < n {
+		// (Not slices.Grow: with -race it allocates twice.)
+		b = append(make([]byte, 0, len(b)+n), b...)
+	}
+	return a.appendJSON(b), nil
 }
 
 // Upper bounds of the unquoted pieces whose length depends on the value.
@@ -179,12 +193,20 @@ const hexDigits = "0123456789abcdef"
 // hex), each invalid UTF-8 byte becomes \ufffd, and U+2028 and U+2029 become
 // \u2028 and \u2029 (for JSONP). Everything else, including '<', '>', '&'
 // and DEL, is copied as is.
+//
+// Runs of bytes that need no escape (the whole string, almost always) are
+// found eight bytes at a time (plainWord) and copied in one append; only an
+// escape or a non-ASCII byte takes the byte-wise path.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0 // s[start:i] is pending: copied in one append when an escape comes
 	for i := 0; i < len(s); {
+		i += plainPrefix(s[i:])
+		if i == len(s) {
+			break
+		}
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if plainASCII[c] {
 				i++
 				continue
 			}
@@ -213,6 +235,52 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// plainASCII[c] is true for the ASCII bytes appendString copies as is:
+// all but the control characters, '"' and '\\'.
+var plainASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// Byte-wise masks of a 64-bit word: 0x01 and 0x80 in every byte.
+const (
+	lowBits  = 0x0101010101010101
+	highBits = 0x8080808080808080
+)
+
+// plainPrefix returns the length of the longest prefix of s made of whole
+// 8-byte words in which no byte needs appendString's attention (plainWord).
+func plainPrefix(s string) int {
+	n := 0
+	for ; n+8 <= len(s); n += 8 {
+		w := s[n : n+8]
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		if !plainWord(x) {
+			break
+		}
+	}
+	return n
+}
+
+// plainWord reports whether none of the 8 bytes of x is below 0x20, '"',
+// '\\' or non-ASCII (>= 0x80). It tests the bytes in parallel: for x
+// without high bits, (x - n*lowBits) &^ x has a high bit set in the lowest
+// byte below n and in none when there is no such byte (the borrow may mark
+// bytes after it, which only matters for locating a byte, not for whether
+// there is one); a byte equal to c is a zero byte of x ^ c*lowBits, a byte
+// below 1.
+func plainWord(x uint64) bool {
+	control := (x - 0x20*lowBits) &^ x
+	quote := x ^ '"'*lowBits
+	quote = (quote - lowBits) &^ quote
+	backslash := x ^ '\\'*lowBits
+	backslash = (backslash - lowBits) &^ backslash
+	return (x|control|quote|backslash)&highBits == 0
+}
+
 // appendEscapedByte appends the escape of an ASCII byte that JSON (or
 // encoding/json) does not write as is: '"', '\\' or a control character.
 func appendEscapedByte(b []byte, c byte) []byte {
@@ -239,6 +307,9 @@ func appendEscapedByte(b []byte, c byte) []byte {
 // exponent's leading zero dropped (1e-07 becomes 1e-7). Negative zero is
 // written "-0", as encoding/json does.
 func appendFloat(b []byte, f float64) []byte {
+	if d, ok := appendShortDecimal(b, f); ok {
+		return d
+	}
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
@@ -253,6 +324,76 @@ func appendFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
+}
+
+// maxShortFraction is the most fraction digits appendShortDecimal tries:
+// sensor values are written with up to three decimals (a few more after a
+// unit conversion), and each digit tried costs a float division on the way
+// to strconv for the values that have none such form.
+const maxShortFraction = 8
+
+// pow10 holds the powers of ten up to 10^maxShortFraction, exact in both
+// types.
+var (
+	pow10Float = [maxShortFraction + 1]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8}
+	pow10Int   = [maxShortFraction + 1]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8}
+)
+
+// appendShortDecimal appends f as appendFloat does when f is the float64
+// nearest to n/10^k for an integer n < 2^50 and k <= maxShortFraction (most
+// sensor values and aggregates: 7.5, 12, 9.125), and reports false, having
+// appended nothing, otherwise. It is the fast path of strconv's shortest
+// formatting for such numbers:
+//
+//   - If f reads back from some n/10^k, abs*10^k rounds to n: f is within
+//     half an ulp (at most abs*2^-53) of n/10^k and the product adds at
+//     most as much again, together less than 1/4 when n < 2^50. So the loop
+//     stops at the fewest fraction digits of any such decimal of f, which
+//     for a given f is also the fewest significant digits.
+//   - It is the only decimal with k fraction digits that reads back as f:
+//     its neighbours are 10^-k away, more than four ulps of f when
+//     n < 2^50, so strconv has no closer one to choose instead.
+//   - n/10^k == abs in float64 is exactly "reads back as f": n and 10^k are
+//     exact and the division rounds to nearest, ties to even, as ParseFloat
+//     does.
+//
+// 1e-6 <= |f| < 2^50 keeps the number in appendFloat's 'f' form, and leaves
+// out 0 and -0 (strconv's "0" and "-0").
+func appendShortDecimal(b []byte, f float64) ([]byte, bool) {
+	abs := math.Abs(f)
+	if !(abs >= 1e-6 && abs < 1<<50) {
+		return b, false
+	}
+	for k, p := range pow10Float {
+		n := math.Round(abs * p)
+		if n >= 1<<50 {
+			return b, false
+		}
+		if n/p == abs {
+			if f < 0 {
+				b = append(b, '-')
+			}
+			return appendFixed(b, uint64(n), k), true
+		}
+	}
+	return b, false
+}
+
+// appendFixed appends n/10^k in decimal with exactly k fraction digits
+// (none and no point for k = 0).
+func appendFixed(b []byte, n uint64, k int) []byte {
+	b = strconv.AppendUint(b, n/pow10Int[k], 10)
+	if k == 0 {
+		return b
+	}
+	var digits [maxShortFraction]byte
+	frac := n % pow10Int[k]
+	for i := k - 1; i >= 0; i-- {
+		digits[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	b = append(b, '.')
+	return append(b, digits[:k]...)
 }
 
 // appendQuotedTime appends FormatTime(ms) as a JSON string; its characters
@@ -282,14 +423,28 @@ func appendTime(b []byte, ms int64) []byte {
 	// Filled in place in a copy of the layout, then appended at once.
 	t := [len(timeLayout)]byte{'0', '0', '0', '0', '-', '0', '0', '-', '0', '0', 'T',
 		'0', '0', ':', '0', '0', ':', '0', '0', '.', '0', '0', '0', 'Z'}
-	putDigits(t[0:4], year)
-	putDigits(t[5:7], month)
-	putDigits(t[8:10], day)
-	putDigits(t[11:13], msOfDay/3_600_000)
-	putDigits(t[14:16], msOfDay/60_000%60)
-	putDigits(t[17:19], msOfDay/1000%60)
-	putDigits(t[20:23], msOfDay%1000)
+	putPair(t[0:2], uint64(year)/100)
+	putPair(t[2:4], uint64(year)%100)
+	putPair(t[5:7], uint64(month))
+	putPair(t[8:10], uint64(day))
+	sec, milli := uint64(msOfDay)/1000, uint64(msOfDay)%1000
+	putPair(t[11:13], sec/3600)
+	putPair(t[14:16], sec/60%60)
+	putPair(t[17:19], sec%60)
+	t[20] = byte('0' + milli/100)
+	putPair(t[21:23], milli%100)
 	return append(b, t[:]...)
+}
+
+// digitPairs holds "00" to "99": the two digits of v at digitPairs[2v:].
+const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" +
+	"30313233343536373839" + "40414243444546474849" + "50515253545556575859" +
+	"60616263646566676869" + "70717273747576777879" + "80818283848586878889" +
+	"90919293949596979899"
+
+// putPair writes v (< 100) as two decimal digits into dst[0:2].
+func putPair(dst []byte, v uint64) {
+	dst[1], dst[0] = digitPairs[2*v+1], digitPairs[2*v]
 }
 
 // civilDate converts days since 0000-01-01 (proleptic Gregorian, >= 0) to a
@@ -311,15 +466,6 @@ func civilDate(days int64) (year, month, day int64) {
 		year++
 	}
 	return year, month, day
-}
-
-// putDigits writes v (>= 0) in decimal into dst, zero-padded to len(dst)
-// digits.
-func putDigits(dst []byte, v int64) {
-	for i := len(dst) - 1; i >= 0; i-- {
-		dst[i] = byte('0' + v%10)
-		v /= 10
-	}
 }
 
 // check reports the first field the JSON schema cannot express.

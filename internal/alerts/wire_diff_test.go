@@ -441,3 +441,163 @@ func BenchmarkEncodeEvidence10(b *testing.B) {
 		})
 	}
 }
+
+// jsonString is s as encoding/json writes it without HTML escaping: the
+// oracle of appendString.
+func jsonString(t *testing.T, s string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+// stringPieces are what randomString strings together: plain ASCII, every
+// byte appendString escapes or inspects, valid multi-byte runes (U+2028 and
+// U+2029 among them) and invalid or truncated UTF-8.
+var stringPieces = []string{
+	"a", "Z", "0", " ", "-", "~", "\x7f", "<", ">", "&", "/",
+	"\"", "\\", "\x00", "\x01", "\b", "\t", "\n", "\v", "\f", "\r", "\x1b", "\x1f",
+	"é", "振", "🚨", "\u2028", "\u2029", "\u2027", "\u202a", "\ufffd",
+	"\x80", "\xbf", "\xc0", "\xc3", "\xe2\x80", "\xe2\x82", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xf0\x9f\x9a", "\xff",
+}
+
+// randomString is a string of up to 40 pieces, mostly plain ASCII so that
+// escapes fall at every offset of the 8-byte words appendString scans.
+func randomString(rng *rand.Rand) string {
+	var b strings.Builder
+	for range rng.IntN(41) {
+		if rng.IntN(4) > 0 {
+			b.WriteByte(byte(0x20 + rng.IntN(0x5f)))
+			continue
+		}
+		b.WriteString(stringPieces[rng.IntN(len(stringPieces))])
+	}
+	return b.String()
+}
+
+// TestAppendStringMatchesReference compares appendString with encoding/json
+// on random strings, on every byte value alone and on long plain runs with
+// one special byte at each offset.
+func TestAppendStringMatchesReference(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		if got, want := string(appendString(nil, s)), jsonString(t, s); got != want {
+			t.Fatalf("appendString(%q) = %s, encoding/json %s", s, got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 100_000 {
+		check(randomString(rng))
+	}
+	for c := range 256 {
+		check(string([]byte{byte(c)}))
+		for _, at := range []int{0, 1, 7, 8, 9, 15, 16, 23} {
+			s := []byte(strings.Repeat("abcdefgh", 3))
+			s[at] = byte(c)
+			check(string(s))
+		}
+	}
+	for _, piece := range stringPieces {
+		for at := range 17 {
+			check(strings.Repeat("x", at) + piece + strings.Repeat("y", 17-at))
+		}
+	}
+}
+
+// jsonFloat is f as encoding/json writes it: the oracle of appendFloat.
+func jsonFloat(t *testing.T, f float64) string {
+	t.Helper()
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestAppendFloatShortDecimals compares appendFloat with encoding/json on
+// the numbers appendShortDecimal formats itself, n/10^k for integers n of
+// every length and k up to two beyond maxShortFraction, on their float64
+// neighbours (which have no short form) and on sensor-like values: three
+// decimals, converted from in/s, averaged.
+func TestAppendFloatShortDecimals(t *testing.T) {
+	check := func(f float64) {
+		t.Helper()
+		if got, want := string(appendFloat(nil, f)), jsonFloat(t, f); got != want {
+			t.Fatalf("appendFloat(%b) = %s, encoding/json %s", f, got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 200_000 {
+		n := float64(rng.Int64N(1 << rng.IntN(54)))
+		k := rng.IntN(maxShortFraction + 3)
+		f := n / math.Pow10(k)
+		if rng.IntN(2) == 0 {
+			f = -f
+		}
+		check(f)
+		check(math.Nextafter(f, math.Inf(1)))
+		check(math.Nextafter(f, math.Inf(-1)))
+		v := math.Round(rng.Float64()*20_000) / 1000
+		check(v)
+		check(math.Round(v/25.4*1000) / 1000 * 25.4)
+		check((v + 7.1 + 12.345) / 3)
+	}
+	for _, f := range []float64{1e-6, 1e-5, 0.1, 0.2, 0.3, 0.7, 1 << 50, 1<<50 - 1, 1<<50 - 0.5, 1<<49 + 0.25,
+		(1<<50 - 1) / 1e8, 999_999.999_999_99, 7.62, 7.619999999999999, 25.4, 0.000_001_5, 0.000_000_99} {
+		check(f)
+		check(-f)
+	}
+}
+
+// BenchmarkAppendFloat is appendFloat on sensor-like values: three
+// decimals (the fast path), converted from in/s and averaged (mostly
+// strconv's).
+func BenchmarkAppendFloat(b *testing.B) {
+	for _, bm := range []struct {
+		name string
+		v    float64
+	}{{"3-decimals", 7.125}, {"integer", 12}, {"converted", 0.289 * 25.4}, {"average", 9.123456789}} {
+		b.Run(bm.name, func(b *testing.B) {
+			buf := make([]byte, 0, 32)
+			for b.Loop() {
+				buf = appendFloat(buf[:0], bm.v)
+			}
+		})
+	}
+}
+
+// BenchmarkAppendTime is one wire time, as Encode writes one per evidence
+// event.
+func BenchmarkAppendTime(b *testing.B) {
+	buf := make([]byte, 0, 32)
+	ms := int64(1_767_348_045_500) // 2026-01-02T10:00:45.500Z
+	for b.Loop() {
+		buf = appendTime(buf[:0], ms)
+	}
+}
+
+// TestAppendEncode checks that AppendEncode appends Encode's bytes to any
+// buffer (empty, with room or without, with content) and on a refused alert
+// returns the buffer unchanged with Encode's error.
+func TestAppendEncode(t *testing.T) {
+	for i, a := range append(handPickedAlerts(), refusedAlerts()...) {
+		want, wantErr := a.Encode()
+		for _, buf := range [][]byte{nil, make([]byte, 0, 4096), []byte("key:"), make([]byte, 3, 8)} {
+			prefix := string(buf)
+			got, err := a.AppendEncode(buf)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("alert %d: AppendEncode error %v, Encode error %v", i, err, wantErr)
+			}
+			if err != nil {
+				want = nil
+			}
+			if string(got) != prefix+string(want) {
+				t.Fatalf("alert %d: AppendEncode(%q) = %q, want the prefix then %q", i, prefix, got, want)
+			}
+		}
+	}
+}

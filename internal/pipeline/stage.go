@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strconv"
+	"unsafe"
 
 	"github.com/vibeline/processor/internal/aggwindow"
 	"github.com/vibeline/processor/internal/alerts"
@@ -358,18 +360,23 @@ func (s *Stage) alertOf(id string, revision int, status, mergedInto string, star
 	}
 }
 
-// evidenceOf converts the evidence of either window package (the same
-// fields) to the alert's.
+// evidenceOf is the evidence of either window package as the alert's: the
+// same elements, viewed as []alerts.Evidence rather than copied (the alert
+// path only reads them, and a revision's evidence is its caller's). The
+// three Evidence types have the same fields in the same order (checked at
+// compile time below), so they have the same memory layout. nil gives an
+// empty, non-nil slice, as the copy did.
 func evidenceOf[E window.Evidence | aggwindow.Evidence](es []E) []alerts.Evidence {
-	out := make([]alerts.Evidence, 0, len(es))
-	for _, e := range es {
-		x := window.Evidence(e)
-		out = append(out, alerts.Evidence{
-			EventID: x.EventID, SensorID: x.SensorID, TS: x.TS, Value: x.Value, Partition: x.Partition, Offset: x.Offset,
-		})
+	if len(es) == 0 {
+		return []alerts.Evidence{}
 	}
-	return out
+	return unsafe.Slice((*alerts.Evidence)(unsafe.Pointer(unsafe.SliceData(es))), len(es))
 }
+
+// This does not compile unless window.Evidence and aggwindow.Evidence
+// convert to alerts.Evidence: their underlying struct types are identical
+// (field names, types and order), what evidenceOf's view relies on.
+var _ = [...]alerts.Evidence{alerts.Evidence(window.Evidence{}), alerts.Evidence(aggwindow.Evidence{})}
 
 // Watermark marker headers: a forwarder reports on each source partition
 // it owns to every partition of a repartition topic with a record without
@@ -467,11 +474,11 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 		a.KeyField, a.Key = s.c.Rule.Key, key
 	}
 	a.Aggregate = agg
-	what := s.desc
-	if agg != nil {
-		what = fmt.Sprintf("%s (%s %s)", s.desc, agg.Fn, strconv.FormatFloat(agg.Value, 'g', 6, 64))
+	reason := alerts.Reason{
+		Status: a.Status, Count: a.Count, What: s.desc, Aggregate: agg,
+		Noun: s.keyNoun(), Key: key, Start: a.Start, End: a.End, MergedInto: a.MergedInto,
 	}
-	a.Reason = alerts.ReasonSentenceKeyed(a.Status, a.Count, what, s.keyNoun(), key, a.Start, a.End, a.MergedInto)
+	a.Reason = reason.String()
 	val, js, err := s.encodeValue(&a)
 	if err == nil && !fits(val, js) {
 		val, js, err = s.fit(a)
@@ -484,12 +491,26 @@ func (s *Stage) encode(a alerts.Alert, key string, agg *alerts.Aggregate) Output
 	return Output{Kind: Alert, Key: []byte(key), Value: val, JSON: js, Status: a.Status}
 }
 
+// alertScratchBytes is the size of encodeValue's stack buffer: an alert
+// with EvidenceLimit events and ids of usual length is about 1.5 KB.
+const alertScratchBytes = 4096
+
 // encodeValue returns a's record value and, when that is not JSON (Avro
 // alerts), its JSON for the status page; js is nil for JSON alerts.
 func (s *Stage) encodeValue(a *alerts.Alert) (val, js []byte, err error) {
 	if s.o.EncodeAlert == nil {
-		val, err = a.Encode()
-		return val, nil, err
+		// Encoded on the stack, then copied into an allocation of the
+		// value's size: Encode's own buffer is an upper bound of it, about
+		// twice the size for an alert with ten evidence events. A value
+		// that may not fit the scratch buffer is encoded on the heap, then
+		// copied all the same (returning that buffer instead would move the
+		// scratch buffer to the heap too).
+		var scratch [alertScratchBytes]byte
+		v, err := a.AppendEncode(scratch[:0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return bytes.Clone(v), nil, nil
 	}
 	val, err = s.o.EncodeAlert(*a)
 	js, _ = a.Encode()
