@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"unsafe"
 
 	"github.com/vibeline/processor/internal/aggwindow"
 	"github.com/vibeline/processor/internal/alerts"
@@ -360,23 +359,15 @@ func (s *Stage) alertOf(id string, revision int, status, mergedInto string, star
 	}
 }
 
-// evidenceOf is the evidence of either window package as the alert's: the
-// same elements, viewed as []alerts.Evidence rather than copied (the alert
-// path only reads them, and a revision's evidence is its caller's). The
-// three Evidence types have the same fields in the same order (checked at
-// compile time below), so they have the same memory layout. nil gives an
-// empty, non-nil slice, as the copy did.
+// evidenceOf converts the evidence of either window package (the same
+// fields) to the alert's.
 func evidenceOf[E window.Evidence | aggwindow.Evidence](es []E) []alerts.Evidence {
-	if len(es) == 0 {
-		return []alerts.Evidence{}
+	out := make([]alerts.Evidence, len(es))
+	for i, e := range es {
+		out[i] = alerts.Evidence(e)
 	}
-	return unsafe.Slice((*alerts.Evidence)(unsafe.Pointer(unsafe.SliceData(es))), len(es))
+	return out
 }
-
-// This does not compile unless window.Evidence and aggwindow.Evidence
-// convert to alerts.Evidence: their underlying struct types are identical
-// (field names, types and order), what evidenceOf's view relies on.
-var _ = [...]alerts.Evidence{alerts.Evidence(window.Evidence{}), alerts.Evidence(aggwindow.Evidence{})}
 
 // Watermark marker headers: a forwarder reports on each source partition
 // it owns to every partition of a repartition topic with a record without
