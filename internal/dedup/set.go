@@ -153,7 +153,7 @@ func New(horizonMs int64) (*Set, error) {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
 	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
-		seed: maphash.MakeSeed(), hashMask: math.MaxUint64}
+		seed: maphash.MakeSeed(), hashMask: math.MaxUint64, idx: hashIndex{floor: NoWatermark}}
 	return st.newView(), nil
 }
 
@@ -175,6 +175,7 @@ func (st *store) newView() *Set {
 	// advances (other views may already have: a restore loads the rules of
 	// a partition one after the other).
 	st.wm = NoWatermark
+	st.idx.setFloor(NoWatermark)
 	v := &Set{st: st, slot: len(st.views), wm: NoWatermark, gen: 1}
 	v.bit = 1 << v.slot
 	if st.bucketMs > 0 {
@@ -333,6 +334,10 @@ func (st *store) advance(w int64) {
 		ks.scheduled = false
 		st.prune(ks)
 	}
+	// Only now: while keys are pruned, the slots of the entries that
+	// expired but are not yet pruned must stay theirs (index).
+	st.idx.setFloor(subSat(w, st.h))
+	st.idx.shrink()
 }
 
 // ---- the store ----
@@ -419,10 +424,13 @@ func (st *store) remember(ks *keyState, e entry, h uint64) int {
 	return ks.insert(e)
 }
 
-// index makes e, the first entry of its pair, findable.
+// index makes e, the first entry of its pair, findable. An entry below
+// the index's floor (LoadKey's ids that expired, forgotten before it
+// returns) goes to coll: in idx its slot would be stale at once, free for
+// another pair's, and unindex would then delete that pair's slot.
 func (st *store) index(ks *keyState, e entry, h uint64) {
 	st.last = lastFirst{ks: ks, id: e.id, ts: e.ts, ok: true}
-	if st.idx.add(h, e.ts) {
+	if e.ts >= st.idx.floor && st.idx.add(h, e.ts) {
 		return
 	}
 	if st.coll == nil {
@@ -449,6 +457,21 @@ func (st *store) unindex(ks *keyState, e entry) {
 		}
 	}
 	st.dropFirst(ks, p)
+}
+
+// expireIndex is unindex for e, an entry of ks that expired for every
+// view (ts < the store's W - H): when it is its pair's only entry and not
+// a collision, its slot in idx just goes stale (hashIndex).
+func (st *store) expireIndex(ks *keyState, e entry) {
+	if len(st.more) > 0 || len(st.coll) > 0 {
+		p := pair{ks.key, e.id}
+		if _, ok := st.coll[p]; ok || len(st.more[p]) > 0 {
+			st.unindex(ks, e)
+			return
+		}
+	}
+	st.last = lastFirst{}
+	st.idx.expire()
 }
 
 func (st *store) setMore(p pair, ts []int64) {
@@ -504,7 +527,7 @@ func (st *store) prune(ks *keyState) {
 	k := ks.head
 	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
 		e := ks.byTS[k]
-		st.unindex(ks, e)
+		st.expireIndex(ks, e)
 		for m := e.mask; m != 0; m &= m - 1 {
 			v := st.views[bits.TrailingZeros64(m)]
 			v.nIDs--
