@@ -92,7 +92,7 @@ func (s *Set) check() error {
 		}
 		for id, tss := range byID {
 			pairs++
-			first, ok := st.first(ks, id, st.pairHash(ks, id))
+			first, _, ok := st.first(ks, id, st.pairHash(ks, id))
 			rest := st.more[pair{k, id}]
 			more += len(rest)
 			got := append([]int64{first}, rest...)
