@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -225,5 +226,79 @@ func TestHashIndexLazy(t *testing.T) {
 		if seed%4 == 3 && (reused == 0 || rebuilds == 0) {
 			t.Fatalf("seed %d: %d adds reused a stale slot, %d rebuilds: the test misses them", seed, reused, rebuilds)
 		}
+	}
+}
+
+// TestLazyIndexViews: a long stream through two views of one store, the
+// second slower (its W further behind) and taking only some records, with
+// redeliveries of ids that expired for the faster view but not the
+// slower: every verdict is each view's model's, the store keeps its
+// invariants (check: the index's live slots are exactly the held pairs,
+// at the floor W - H of the slowest view), entries expire lazily (their
+// slots go stale) or, when only the faster view remembered them and it
+// forgets them, at once, and the table stays at the size of what is held
+// while many times as many ids go through it (its stale slots are reused
+// and rebuilt away).
+func TestLazyIndexViews(t *testing.T) {
+	for _, mask := range []uint64{math.MaxUint64, 1<<12 - 1, 3} {
+		t.Run(fmt.Sprintf("mask=%#x", mask), func(t *testing.T) { lazyIndexViews(t, mask) })
+	}
+}
+
+func lazyIndexViews(t *testing.T, hashMask uint64) {
+	const (
+		h     = 1000
+		n     = 30_000
+		slowD = 400 // the slower view's W is this far behind ts, the faster's 10
+	)
+	a := mustNew(t, h)
+	a.st.hashMask = hashMask
+	b, err := a.NewView()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma, mb := newModel(h), newModel(h)
+	rng := rand.New(rand.NewPCG(uint64(hashMask), 16))
+	lazy, maxSlots := 0, 0
+	for i := range int64(n) {
+		ts, id := i, fmt.Sprintf("e%d", i%4000)
+		if i%5 == 0 && i > 2000 {
+			back := rng.Int64N(1400) // within H for b, not always for a
+			ts, id = i-back, fmt.Sprintf("e%d", (i-back)%4000)
+		}
+		key := fmt.Sprintf("k%d", ts%7)
+		if got, want := a.Seen(key, id, ts), ma.seen(key, id, ts); got != want {
+			t.Fatalf("record %d: Seen(%q, %q, %d) for the faster view: %v, the model %v", i, key, id, ts, got, want)
+		}
+		a.Advance(i - 10)
+		ma.advance(i - 10)
+		if ts%3 != 0 {
+			if got, want := b.Seen(key, id, ts), mb.seen(key, id, ts); got != want {
+				t.Fatalf("record %d: Seen(%q, %q, %d) for the slower view: %v, the model %v", i, key, id, ts, got, want)
+			}
+		}
+		gone := a.st.idx.gone
+		b.Advance(i - slowD)
+		mb.advance(i - slowD)
+		if a.st.idx.gone > gone {
+			lazy++
+		}
+		maxSlots = max(maxSlots, len(a.st.idx.slots))
+		if i%499 == 0 {
+			if err := a.check(); err != nil {
+				t.Fatalf("record %d: %v", i, err)
+			}
+		}
+	}
+	// About H + slowD ids are held (a pair per slot, or in coll): a table
+	// of 4096 slots holds them at most half live, and 30,000 went through.
+	// With 2-bit hashes almost every pair is in coll, which expires at
+	// once.
+	wantLazy := n / 2
+	if hashMask == 3 {
+		wantLazy = 1
+	}
+	if lazy < wantLazy || maxSlots > 4096 {
+		t.Fatalf("%d of %d records expired an entry lazily, the table reached %d slots", lazy, n, maxSlots)
 	}
 }
