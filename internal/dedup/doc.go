@@ -157,25 +157,33 @@
 // encounter, entries that expired for it while a slower view keeps them.
 //
 // The store indexes its entries in one hash table (open addressing) from
-// a 64-bit hash of (key, event_id) to ts (a hit is confirmed against the key's entries, so
-// no verdict rests on a hash; the rare pair whose hash collides with
-// another's is kept in a second map by its strings), and per key a slice
-// sorted by (ts, event_id). Seen costs one table lookup for a new id; it
-// appends to its key's slice when it arrives in ts order for its key (an
-// insert, O(ids of the key), when it does not) and is queued in O(log keys)
-// when it becomes its key's oldest id. The other views of a record find
-// the entry the first one remembered without a lookup. Each key with ids
-// is queued in a min-heap at its deadline — the smallest W at which its
-// oldest id expires — so Advance costs O(1) when nothing is due (plus
-// O(views) when the last of the slowest views moves, to find the slowest
-// again) and O(log keys + expired ids) per due key otherwise: nothing
-// scans all keys or ids. Memory is O(ids with ts >= W - H) plus bounded
-// slack: a key's slice reuses its expired front and is rebuilt smaller once
-// at most an eighth of its peak is left, a key with no ids is deleted, and
-// the heap holds about one entry per key (a key whose oldest id moved
-// earlier leaves a stale entry until it comes due). Seen keeps the key and
-// event id strings it is given (no copy): they must not alias a reused
-// buffer.
+// a 64-bit hash of (key, event_id) to ts (a hit is confirmed against the
+// key's entries, so no verdict rests on a hash; the rare pair whose hash
+// collides with another's is kept in a second map by its strings), and per
+// key a slice sorted by (ts, event_id). An entry that expires for every
+// view is not deleted from the table: its slot's ts is below the store's
+// W - H, which makes it stale, passed over by lookups and reused by
+// inserts, and the table drops its stale slots when it is rebuilt (once
+// live and stale slots fill 3/4 of it; in place unless the live ones need
+// a larger table or allow a smaller one), so an expiry costs no access to
+// the table. Seen costs one table lookup for a new id; it appends to its
+// key's slice when it arrives in ts order for its key (an insert, O(ids of
+// the key), when it does not) and is queued in O(log keys) when it becomes
+// its key's oldest id. The other views of a record find the entry the
+// first one remembered without a lookup. Each key with ids is queued in a
+// min-heap at its deadline — the smallest W at which its oldest id expires
+// — so Advance costs O(1) when nothing is due (plus O(views) when the last
+// of the slowest views moves, to find the slowest again) and O(log keys +
+// expired ids) per due key otherwise: nothing scans all keys or ids, and a
+// rebuild of the table, which scans it, follows at least a quarter of its
+// size in inserts (or an eighth in expiries, to shrink it). Memory is
+// O(ids with ts >= W - H) plus bounded slack: a key's slice (which grows
+// by doubling) reuses its expired front and is rebuilt smaller once at
+// most an eighth of its peak is left, the table is rebuilt smaller once
+// less than an eighth of it is live, a key with no ids is deleted, and the
+// heap holds about one entry per key (a key whose oldest id moved earlier
+// leaves a stale entry until it comes due). Seen keeps the key and event
+// id strings it is given (no copy): they must not alias a reused buffer.
 //
 // # What it must never do
 //

@@ -92,7 +92,7 @@ func (s *Set) check() error {
 		}
 		for id, tss := range byID {
 			pairs++
-			first, ok := st.first(ks, id, st.pairHash(ks, id))
+			first, _, ok := st.first(ks, id, st.pairHash(ks, id))
 			rest := st.more[pair{k, id}]
 			more += len(rest)
 			got := append([]int64{first}, rest...)
@@ -121,8 +121,14 @@ func (s *Set) check() error {
 			return fmt.Errorf("view %d: nIDs %d, keys hold %d", i, v.nIDs, nIDs[i])
 		}
 	}
-	if st.idx.len()+len(st.coll) != pairs {
-		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", st.idx.len(), len(st.coll), pairs)
+	if st.idx.live()+len(st.coll) != pairs {
+		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", st.idx.live(), len(st.coll), pairs)
+	}
+	if err := st.idx.check(); err != nil {
+		return err
+	}
+	if want := subSat(st.wm, st.h); st.idx.floor != want {
+		return fmt.Errorf("the index's floor %d, the store's W - H %d", st.idx.floor, want)
 	}
 	n := 0
 	for _, ts := range st.more {

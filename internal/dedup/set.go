@@ -88,12 +88,15 @@ type curPair struct {
 	i       int
 }
 
-// lastFirst is a cached first(): ok and ts for (ks, id). Invalidated when
-// the first entry of a pair is indexed or unindexed.
+// lastFirst is a cached first(): ok and ts for (ks, id), and i, the index
+// of the entry in ks.byTS when it was last located (a hint, like
+// curPair.i). Invalidated when the first entry of a pair is indexed or
+// unindexed.
 type lastFirst struct {
 	ks *keyState
 	id string
 	ts int64
+	i  int
 	ok bool
 }
 
@@ -153,7 +156,7 @@ func New(horizonMs int64) (*Set, error) {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
 	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
-		seed: maphash.MakeSeed(), hashMask: math.MaxUint64}
+		seed: maphash.MakeSeed(), hashMask: math.MaxUint64, idx: hashIndex{floor: NoWatermark}}
 	return st.newView(), nil
 }
 
@@ -175,6 +178,7 @@ func (st *store) newView() *Set {
 	// advances (other views may already have: a restore loads the rules of
 	// a partition one after the other).
 	st.wm = NoWatermark
+	st.idx.setFloor(NoWatermark)
 	v := &Set{st: st, slot: len(st.views), wm: NoWatermark, gen: 1}
 	v.bit = 1 << v.slot
 	if st.bucketMs > 0 {
@@ -333,6 +337,10 @@ func (st *store) advance(w int64) {
 		ks.scheduled = false
 		st.prune(ks)
 	}
+	// Only now: while keys are pruned, the slots of the entries that
+	// expired but are not yet pruned must stay theirs (index).
+	st.idx.setFloor(subSat(w, st.h))
+	st.idx.shrink()
 }
 
 // ---- the store ----
@@ -347,37 +355,46 @@ func (st *store) pairHash(ks *keyState, id string) uint64 {
 	return (maphash.String(st.seed, id) ^ ks.salt) & st.hashMask
 }
 
-// first returns the ts of the first entry of (ks.key, id). h is
-// pairHash(ks, id).
-func (st *store) first(ks *keyState, id string, h uint64) (int64, bool) {
+// first returns the ts of the first entry of (ks.key, id) and its index
+// in ks.byTS (-1 if the store is inconsistent). h is pairHash(ks, id).
+func (st *store) first(ks *keyState, id string, h uint64) (ts int64, i int, ok bool) {
 	if c := &st.last; c.ks == ks && c.id == id {
-		return c.ts, c.ok
+		if !c.ok {
+			return 0, -1, false
+		}
+		if i := c.i; i < ks.head || i >= len(ks.byTS) || ks.byTS[i].ts != c.ts || ks.byTS[i].id != id {
+			c.i = ks.find(c.ts, id) // the entry moved
+		}
+		return c.ts, c.i, true
 	}
 	// coll first: a pair whose first entry collided into coll may also have
 	// a later entry at the ts of the idx slot's owner, which find would
 	// confirm.
-	var ts int64
-	ok := false
+	i = -1
 	if len(st.coll) > 0 {
-		ts, ok = st.coll[pair{ks.key, id}]
-	}
-	if !ok {
-		if ts, ok = st.idx.get(h); ok && ks.find(ts, id) < 0 {
-			ts, ok = 0, false
+		if ts, ok = st.coll[pair{ks.key, id}]; ok {
+			i = ks.find(ts, id)
 		}
 	}
-	st.last = lastFirst{ks: ks, id: id, ts: ts, ok: ok}
-	return ts, ok
+	if !ok {
+		if ts, ok = st.idx.get(h); ok {
+			if i = ks.find(ts, id); i < 0 {
+				ts, ok = 0, false
+			}
+		}
+	}
+	st.last = lastFirst{ks: ks, id: id, ts: ts, i: i, ok: ok}
+	return ts, i, ok
 }
 
 // remembered returns the index in ks.byTS of the entry of id that the
 // views of mask remember, or -1.
 func (st *store) remembered(ks *keyState, id string, h uint64, mask uint64) int {
-	ts, ok := st.first(ks, id, h)
+	_, i, ok := st.first(ks, id, h)
 	if !ok {
 		return -1
 	}
-	if i := ks.find(ts, id); i >= 0 && ks.byTS[i].mask&mask != 0 {
+	if i >= 0 && ks.byTS[i].mask&mask != 0 {
 		return i
 	}
 	if len(st.more) > 0 {
@@ -394,12 +411,11 @@ func (st *store) remembered(ks *keyState, id string, h uint64, mask uint64) int 
 // it when there is none, and returns its index in ks.byTS. None of them
 // remembers e.id yet. h is pairHash(ks, e.id).
 func (st *store) remember(ks *keyState, e entry, h uint64) int {
-	ts, ok := st.first(ks, e.id, h)
+	ts, i, ok := st.first(ks, e.id, h)
 	switch {
 	case !ok:
 		st.index(ks, e, h)
 	case ts == e.ts:
-		i := ks.find(ts, e.id)
 		ks.byTS[i].mask |= e.mask
 		return i
 	default:
@@ -419,10 +435,13 @@ func (st *store) remember(ks *keyState, e entry, h uint64) int {
 	return ks.insert(e)
 }
 
-// index makes e, the first entry of its pair, findable.
+// index makes e, the first entry of its pair, findable. An entry below
+// the index's floor (LoadKey's ids that expired, forgotten before it
+// returns) goes to coll: in idx its slot would be stale at once, free for
+// another pair's, and unindex would then delete that pair's slot.
 func (st *store) index(ks *keyState, e entry, h uint64) {
-	st.last = lastFirst{ks: ks, id: e.id, ts: e.ts, ok: true}
-	if st.idx.add(h, e.ts) {
+	st.last = lastFirst{ks: ks, id: e.id, ts: e.ts, i: -1, ok: true}
+	if e.ts >= st.idx.floor && st.idx.add(h, e.ts) {
 		return
 	}
 	if st.coll == nil {
@@ -449,6 +468,21 @@ func (st *store) unindex(ks *keyState, e entry) {
 		}
 	}
 	st.dropFirst(ks, p)
+}
+
+// expireIndex is unindex for e, an entry of ks that expired for every
+// view (ts < the store's W - H): when it is its pair's only entry and not
+// a collision, its slot in idx just goes stale (hashIndex).
+func (st *store) expireIndex(ks *keyState, e entry) {
+	if len(st.more) > 0 || len(st.coll) > 0 {
+		p := pair{ks.key, e.id}
+		if _, ok := st.coll[p]; ok || len(st.more[p]) > 0 {
+			st.unindex(ks, e)
+			return
+		}
+	}
+	st.last = lastFirst{}
+	st.idx.expire()
 }
 
 func (st *store) setMore(p pair, ts []int64) {
@@ -504,7 +538,7 @@ func (st *store) prune(ks *keyState) {
 	k := ks.head
 	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
 		e := ks.byTS[k]
-		st.unindex(ks, e)
+		st.expireIndex(ks, e)
 		for m := e.mask; m != 0; m &= m - 1 {
 			v := st.views[bits.TrailingZeros64(m)]
 			v.nIDs--
@@ -616,32 +650,50 @@ func (ks *keyState) live() int { return len(ks.byTS) - ks.head }
 // find returns the index in byTS of the live entry (ts, id), or -1. Most
 // lookups are of the newest entry (the other views of a record).
 func (ks *keyState) find(ts int64, id string) int {
-	if n := len(ks.byTS); n > ks.head {
+	n := len(ks.byTS)
+	if n > ks.head {
 		if e := &ks.byTS[n-1]; e.ts == ts && e.id == id {
 			return n - 1
 		}
 	}
-	i, ok := slices.BinarySearchFunc(ks.byTS[ks.head:], entry{ts: ts, id: id}, cmpEntry)
-	if !ok {
-		return -1
+	if i := ks.search(ts, id); i < n && ks.byTS[i].ts == ts && ks.byTS[i].id == id {
+		return i
 	}
-	return ks.head + i
+	return -1
+}
+
+// search returns the index in byTS of the first live entry at or after
+// (ts, id) in (ts, id) order: a binary search that compares the ids only
+// of entries at ts.
+func (ks *keyState) search(ts int64, id string) int {
+	lo, hi := ks.head, len(ks.byTS)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if e := &ks.byTS[m]; e.ts < ts || (e.ts == ts && e.id < id) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // insert adds e (not yet in byTS) in (ts, id) order and returns its
-// index. In-order arrivals append. When the slice is full, its expired front is reused if it is at
-// least half the live entries (a copy of the live ones per at least live/2
-// inserts), else the slice is reallocated at twice the live entries; so a
-// key whose entry count varies by less than a third allocates nothing.
+// index. In-order arrivals append. When the slice is full, its expired
+// front is reused if it is at least half the live entries (a copy of the
+// live ones per at least live/2 inserts), else the slice is reallocated at
+// twice the live entries (also while it grows: append would grow a large
+// slice by a quarter, copying it about five times over to reach its size);
+// so a key whose entry count varies by less than a third allocates nothing.
 func (ks *keyState) insert(e entry) int {
-	if n := len(ks.byTS); n == cap(ks.byTS) && ks.head > 0 {
+	if n := len(ks.byTS); n == cap(ks.byTS) {
 		live := n - ks.head
-		if 2*ks.head >= live {
+		if ks.head > 0 && 2*ks.head >= live {
 			copy(ks.byTS, ks.byTS[ks.head:])
 			clear(ks.byTS[live:])
 			ks.byTS = ks.byTS[:live]
 		} else {
-			b := make([]entry, live, 2*live)
+			b := make([]entry, live, max(2*live, 1))
 			copy(b, ks.byTS[ks.head:])
 			ks.byTS = b
 		}
@@ -651,8 +703,7 @@ func (ks *keyState) insert(e entry) int {
 	if i == ks.head || cmpEntry(ks.byTS[i-1], e) < 0 {
 		ks.byTS = append(ks.byTS, e)
 	} else {
-		k, _ := slices.BinarySearchFunc(ks.byTS[ks.head:], e, cmpEntry)
-		i = ks.head + k
+		i = ks.search(e.ts, e.id)
 		ks.byTS = slices.Insert(ks.byTS, i, e)
 	}
 	ks.peak = max(ks.peak, ks.live())
