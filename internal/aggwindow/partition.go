@@ -138,30 +138,34 @@ func (p *Partition) Watermark() int64 { return p.wm }
 // ts < W). An event with ts outside [MinTS, MaxTS] or a value that is not
 // finite is OutOfRange and changes nothing.
 func (p *Partition) Process(ev Event, qualifies bool) Result {
+	// The result is put together in the return statement from locals: a
+	// Result variable assigned field by field and then returned is copied
+	// through the stack in wider loads than the stores that filled it, and
+	// the store-forwarding stall cost more than the rest of Process.
 	w := p.wm
-	res := Result{Watermark: w}
+	var late int64
 	if ev.TS < w {
-		res.LatenessMs = subSat(w, ev.TS)
+		late = subSat(w, ev.TS)
 	}
 	if ev.TS < MinTS || ev.TS > MaxTS || math.IsNaN(ev.Value) || math.IsInf(ev.Value, 0) {
-		res.Outcome = OutOfRange
-		return res
+		return Result{Outcome: OutOfRange, Watermark: w, LatenessMs: late}
 	}
+	var out Outcome
+	var revs []Revision
 	switch {
 	case !qualifies:
-		res.Outcome = Filtered
+		out = Filtered
 	case ev.TS < subSat(w, p.cfg.LatenessMs):
-		res.Outcome = TooLate
+		out = TooLate
 	default:
-		res.Outcome = Processed
-		res.Revisions = p.apply(&ev, w)
+		out = Processed
+		revs = p.apply(&ev, w)
 	}
 	if nw := ev.TS - p.delayMs; nw > p.wm && !p.hold { // no overflow: see the bounds
 		p.wm = nw
 		p.dirtyMeta = true
 	}
-	res.Revisions = p.closeDue(res.Revisions)
-	return res
+	return Result{Outcome: out, Revisions: p.closeDue(revs), Watermark: w, LatenessMs: late}
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)
@@ -182,7 +186,10 @@ func (p *Partition) Advance(w int64) []Revision {
 func (p *Partition) apply(ev *Event, w int64) []Revision {
 	ks := p.keyFor(ev.Key)
 	late := ev.TS < w
-	e := Evidence{EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value, Partition: ev.Partition, Offset: ev.Offset}
+	// Field by field: a composite literal is built in a temporary and
+	// copied in wider loads than its stores, which stalls.
+	var e Evidence
+	e.EventID, e.SensorID, e.TS, e.Value, e.Partition, e.Offset = ev.EventID, ev.SensorID, ev.TS, ev.Value, ev.Partition, ev.Offset
 	if p.cfg.Kind == Session {
 		return p.applySession(ks, &e, late, w)
 	}
