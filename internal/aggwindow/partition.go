@@ -165,7 +165,10 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 		p.wm = nw
 		p.dirtyMeta = true
 	}
-	return Result{Outcome: out, Revisions: p.closeDue(revs), Watermark: w, LatenessMs: late}
+	if p.due.headAt() <= subSat(p.wm, p.cfg.LatenessMs) {
+		revs = p.closeDue(revs) // not called for most records: its frame is large
+	}
+	return Result{Outcome: out, Revisions: revs, Watermark: w, LatenessMs: late}
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)
