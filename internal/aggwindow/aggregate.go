@@ -272,18 +272,23 @@ func addEvidence(ev []Evidence, e *Evidence, limit int, o evOrder) []Evidence {
 }
 
 // mergeEvidence returns the first limit events of the union of the sorted
-// lists a and b.
+// lists a and b, in a new slice.
 func mergeEvidence(a, b []Evidence, limit int, o evOrder) []Evidence {
-	out := make([]Evidence, 0, min(limit, len(a)+len(b)))
+	return mergeInto(make([]Evidence, 0, min(limit, len(a)+len(b))), a, b, limit, o)
+}
+
+// mergeInto appends the first limit-len(dst) events of the union of the
+// sorted lists a and b to dst, which must not overlap them.
+func mergeInto(dst, a, b []Evidence, limit int, o evOrder) []Evidence {
 	i, j := 0, 0
-	for len(out) < limit && (i < len(a) || j < len(b)) {
+	for len(dst) < limit && (i < len(a) || j < len(b)) {
 		if j == len(b) || (i < len(a) && o.cmp(&a[i], &b[j]) <= 0) {
-			out = append(out, a[i])
+			dst = append(dst, a[i])
 			i++
 		} else {
-			out = append(out, b[j])
+			dst = append(dst, b[j])
 			j++
 		}
 	}
-	return out
+	return dst
 }

@@ -36,6 +36,11 @@ type Partition struct {
 	dirtyMeta  bool
 
 	nWindows, nFired int // for Stats
+
+	// evScratch are windowEvidence's merge buffers (capacity
+	// EvidenceLimit, allocated on first use, cleared after each use).
+	// Nothing they hold is ever handed out: a revision gets a copy.
+	evScratch [2][]Evidence
 }
 
 // keyState is the state of one key.
