@@ -48,7 +48,7 @@ type pane struct {
 	start int64
 	agg   aggState
 	// full says that the evidence holds EvidenceLimit events, and cut is
-	// the evidence order's leading key of the last of them (evOrder.key):
+	// the evidence order's leading key of the last of them (evOrder.lead):
 	// an event beyond it cannot enter, which addToPane sees without
 	// reading the evidence.
 	cut   int64
@@ -110,7 +110,7 @@ func (p *Partition) addToPane(ks *keyState, e *Evidence) (skip bool) {
 	if limit := p.cfg.EvidenceLimit; limit > 0 && !(pn.full && p.order.beyond(pn.cut, e)) {
 		pn.evidence = addEvidence(pn.evidence, e, limit, p.order)
 		if pn.full = len(pn.evidence) == limit; pn.full {
-			pn.cut = p.order.key(&pn.evidence[limit-1])
+			pn.cut = p.order.lead(&pn.evidence[limit-1])
 		}
 	}
 	p.markPaneDirty(pn)
