@@ -143,28 +143,38 @@ func (p *Partition) Watermark() int64 { return p.wm }
 // ts < W). An event with ts outside [MinTS, MaxTS] or a value that is not
 // finite is OutOfRange and changes nothing.
 func (p *Partition) Process(ev Event, qualifies bool) Result {
-	// The result is put together in the return statement from locals: a
-	// Result variable assigned field by field and then returned is copied
-	// through the stack in wider loads than the stores that filled it, and
-	// the store-forwarding stall cost more than the rest of Process.
+	var res Result
+	p.ProcessTo(&res, &ev, qualifies)
+	return res
+}
+
+// ProcessTo is Process writing the result to *res (which it overwrites)
+// and reading the event through a pointer, which it does not keep: for the
+// caller that processes every record. A Result is too large for the
+// compiler to keep in registers, so a caller of Process stores the
+// returned fields one by one and then copies them in wider loads, and that
+// store-forwarding stall costs as much as a good part of Process;
+// ProcessTo's stores and the caller's loads of the fields match.
+func (p *Partition) ProcessTo(res *Result, ev *Event, qualifies bool) {
 	w := p.wm
 	var late int64
 	if ev.TS < w {
 		late = subSat(w, ev.TS)
 	}
+	res.Watermark, res.LatenessMs = w, late
 	if ev.TS < MinTS || ev.TS > MaxTS || math.IsNaN(ev.Value) || math.IsInf(ev.Value, 0) {
-		return Result{Outcome: OutOfRange, Watermark: w, LatenessMs: late}
+		res.Outcome, res.Revisions = OutOfRange, nil
+		return
 	}
-	var out Outcome
 	var revs []Revision
 	switch {
 	case !qualifies:
-		out = Filtered
+		res.Outcome = Filtered
 	case ev.TS < subSat(w, p.cfg.LatenessMs):
-		out = TooLate
+		res.Outcome = TooLate
 	default:
-		out = Processed
-		revs = p.apply(&ev, w)
+		res.Outcome = Processed
+		revs = p.apply(ev, w)
 	}
 	if nw := ev.TS - p.delayMs; nw > p.wm && !p.hold { // no overflow: see the bounds
 		p.wm = nw
@@ -173,7 +183,7 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 	if p.due.headAt() <= subSat(p.wm, p.cfg.LatenessMs) {
 		revs = p.closeDue(revs) // not called for most records: its frame is large
 	}
-	return Result{Outcome: out, Revisions: revs, Watermark: w, LatenessMs: late}
+	res.Revisions = revs
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)

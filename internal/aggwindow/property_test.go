@@ -352,3 +352,23 @@ func TestRevisionEvidenceOwned(t *testing.T) {
 		}
 	})
 }
+
+// TestProcessTo: ProcessTo writes what Process returns, overwriting every
+// field of the Result it is given (one left from an earlier record).
+func TestProcessTo(t *testing.T) {
+	forEachConfig(t, 5, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		ref, p := mustPartition(t, cfg), mustPartition(t, cfg)
+		evs := arrive(rng, genEvents(rng, 2, 60, 0, 200), int64(rng.IntN(80)))
+		evs = append(evs, Event{Key: "k0", EventID: "x", TS: MaxTS + 1}, Event{Key: "k0", EventID: "y", TS: 100, Value: math.NaN()})
+		stale := Result{Outcome: Processed, Revisions: []Revision{{AlertID: "stale"}}, Watermark: 1, LatenessMs: 2}
+		for i, e := range evs {
+			q := i%3 != 2
+			want := ref.Process(e, q)
+			got := stale
+			p.ProcessTo(&got, &e, q)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("record %d: ProcessTo %+v, Process %+v", i, got, want)
+			}
+		}
+	})
+}
