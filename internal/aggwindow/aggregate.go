@@ -262,15 +262,14 @@ func addEvidence(ev []Evidence, e *Evidence, limit int, o evOrder) []Evidence {
 	if n >= limit && (n == 0 || !before(e, le, &ev[n-1], o.lead(&ev[n-1]))) {
 		return ev // limit 0, or e cannot enter
 	}
-	// The first i with ev[i] >= e (e goes before its equals, if any).
-	i, hi := 0, n
-	for i < hi {
-		m := int(uint(i+hi) >> 1)
-		if before(&ev[m], o.lead(&ev[m]), e, le) {
-			i = m + 1
-		} else {
-			hi = m
-		}
+	// The first i with ev[i] >= e (e goes before its equals, if any),
+	// searched from the end, as the events after it are moved anyway: an
+	// event in time order (count, sum, avg) is last, one that enters a
+	// full min or max list goes anywhere, and a binary search's branches
+	// are unpredictable.
+	i := n
+	for i > 0 && !before(&ev[i-1], o.lead(&ev[i-1]), e, le) {
+		i--
 	}
 	if n < limit {
 		if ev == nil {
