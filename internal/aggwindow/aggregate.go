@@ -181,8 +181,10 @@ func cmpRest(a, b *Evidence) int {
 // evOrder is the order in which an aggregation picks its evidence: the
 // first EvidenceLimit events in it are the evidence. A method on a value
 // rather than a func value, so that the compiler sees what a comparison
-// does: a pointer to a local passed to it stays on the stack, and the
-// comparison of values that decides most cases is inlined.
+// does: a pointer to a local passed to it stays on the stack. The hot
+// paths (addEvidence, pane.cut) compare the events' leading keys
+// (evOrder.lead), integers that decide most comparisons, and call the
+// full comparison only on a tie.
 type evOrder uint8
 
 const (
@@ -218,47 +220,56 @@ func (o evOrder) cmp(a, b *Evidence) int {
 	return cmpRest(a, b)
 }
 
-// key returns the leading key of e in the order o: its ts for byTime, the
-// bits of its value otherwise (pane.cut).
-func (o evOrder) key(e *Evidence) int64 {
+// lead returns the leading key of e in the order o, an integer in the
+// order of o's first comparison: the ts for byTime; for byValueAsc the
+// value's bits with those of a negative value (but the sign) flipped, which
+// orders finite values as cmpValue does (-0 before +0), and for
+// byValueDesc their complement. So lead(a) < lead(b) implies that a comes
+// before b, and on a tie cmpRest decides (before).
+func (o evOrder) lead(e *Evidence) int64 {
 	if o == byTime {
 		return e.TS
 	}
-	return int64(math.Float64bits(e.Value))
+	b := int64(math.Float64bits(e.Value))
+	b ^= int64(uint64(b>>63) >> 1)
+	if o == byValueDesc {
+		return ^b
+	}
+	return b
+}
+
+// before reports whether a, whose leading key is la, comes before b, whose
+// leading key is lb: o.cmp(a, b) < 0.
+func before(a *Evidence, la int64, b *Evidence, lb int64) bool {
+	if la != lb {
+		return la < lb
+	}
+	return cmpRest(a, b) < 0
 }
 
 // beyond reports whether e comes after every event whose leading key is k
-// (o.key): when it does, it comes after the last of a full evidence list
+// (o.lead): when it does, it comes after the last of a full evidence list
 // with that key, and cannot enter it. It is false on a tie, which the
-// other fields decide (-0 and +0 tie here: the full comparison orders
-// them).
-func (o evOrder) beyond(k int64, e *Evidence) bool {
-	switch o {
-	case byValueAsc:
-		return e.Value > math.Float64frombits(uint64(k))
-	case byValueDesc:
-		return e.Value < math.Float64frombits(uint64(k))
-	}
-	return e.TS > k
-}
+// other fields decide.
+func (o evOrder) beyond(k int64, e *Evidence) bool { return o.lead(e) > k }
 
 // addEvidence inserts *e into the sorted evidence ev, keeping at most
 // limit. An event that comes after the last of limit kept ones (most of a
 // busy pane's) costs one comparison and touches nothing else.
 func addEvidence(ev []Evidence, e *Evidence, limit int, o evOrder) []Evidence {
 	n := len(ev)
-	if n >= limit && (n == 0 || o.cmp(&ev[n-1], e) <= 0) {
+	le := o.lead(e)
+	if n >= limit && (n == 0 || !before(e, le, &ev[n-1], o.lead(&ev[n-1]))) {
 		return ev // limit 0, or e cannot enter
 	}
-	// The first i with ev[i] >= e (e goes before its equals, if any).
-	i, hi := 0, n
-	for i < hi {
-		m := int(uint(i+hi) >> 1)
-		if o.cmp(&ev[m], e) < 0 {
-			i = m + 1
-		} else {
-			hi = m
-		}
+	// The first i with ev[i] >= e (e goes before its equals, if any),
+	// searched from the end, as the events after it are moved anyway: an
+	// event in time order (count, sum, avg) is last, one that enters a
+	// full min or max list goes anywhere, and a binary search's branches
+	// are unpredictable.
+	i := n
+	for i > 0 && !before(&ev[i-1], o.lead(&ev[i-1]), e, le) {
+		i--
 	}
 	if n < limit {
 		if ev == nil {
@@ -272,18 +283,23 @@ func addEvidence(ev []Evidence, e *Evidence, limit int, o evOrder) []Evidence {
 }
 
 // mergeEvidence returns the first limit events of the union of the sorted
-// lists a and b.
+// lists a and b, in a new slice.
 func mergeEvidence(a, b []Evidence, limit int, o evOrder) []Evidence {
-	out := make([]Evidence, 0, min(limit, len(a)+len(b)))
+	return mergeInto(make([]Evidence, 0, min(limit, len(a)+len(b))), a, b, limit, o)
+}
+
+// mergeInto appends the first limit-len(dst) events of the union of the
+// sorted lists a and b to dst, which must not overlap them.
+func mergeInto(dst, a, b []Evidence, limit int, o evOrder) []Evidence {
 	i, j := 0, 0
-	for len(out) < limit && (i < len(a) || j < len(b)) {
+	for len(dst) < limit && (i < len(a) || j < len(b)) {
 		if j == len(b) || (i < len(a) && o.cmp(&a[i], &b[j]) <= 0) {
-			out = append(out, a[i])
+			dst = append(dst, a[i])
 			i++
 		} else {
-			out = append(out, b[j])
+			dst = append(dst, b[j])
 			j++
 		}
 	}
-	return out
+	return dst
 }

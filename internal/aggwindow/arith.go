@@ -29,6 +29,15 @@ type dueEntry struct {
 // dueQueue is a binary min-heap of dueEntry by at.
 type dueQueue []dueEntry
 
+// headAt returns the at of the first entry, math.MaxInt64 when there is
+// none (then nothing is due, whatever the watermark).
+func (q dueQueue) headAt() int64 {
+	if len(q) == 0 {
+		return math.MaxInt64
+	}
+	return q[0].at
+}
+
 func (q *dueQueue) push(e dueEntry) {
 	*q = append(*q, e)
 	h := *q

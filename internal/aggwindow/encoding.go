@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/vibeline/processor/internal/codec"
@@ -139,11 +140,14 @@ func (p *Partition) EncodeKey(key string) []byte {
 	if p.cfg.Kind != Session {
 		return p.encodeFixedKey(ks)
 	}
-	size := 4
+	size := 3 + uvarintLen(uint64(len(ks.wins)))
 	for _, wn := range ks.wins {
-		size += 40 + 8*len(wn.agg.partials) + len(wn.alertID) + evidenceSize(wn.evidence)
+		size += varintLen(wn.start) + varintLen(wn.last) + p.bodySize(&wn.agg, wn.evidence) + 1
+		if wn.fired {
+			size += stringLen(wn.alertID) + uvarintLen(uint64(wn.rev))
+		}
 	}
-	b := make([]byte, 0, size)
+	b := make([]byte, 0, size) // exactly: the value is kept (a changelog record), not copied
 	b = append(b, formatVersion, byte(p.cfg.Kind), byte(p.cfg.Fn))
 	b = codec.AppendUvarint(b, uint64(len(ks.wins)))
 	for _, wn := range ks.wins {
@@ -164,17 +168,17 @@ func (p *Partition) EncodeKey(key string) []byte {
 // encodeFixedKey encodes the fired windows of a fixed-window key, nil when
 // there are none.
 func (p *Partition) encodeFixedKey(ks *keyState) []byte {
-	n, size := 0, 4
+	n, size := 0, 3
 	for _, wn := range ks.wins {
 		if wn.fired {
 			n++
-			size += 16 + len(wn.alertID)
+			size += varintLen(wn.start) + stringLen(wn.alertID) + uvarintLen(uint64(wn.rev))
 		}
 	}
 	if n == 0 {
 		return nil
 	}
-	b := make([]byte, 0, size)
+	b := make([]byte, 0, size+uvarintLen(uint64(n))) // exactly, as EncodeKey
 	b = append(b, fixedFormatVersion, byte(p.cfg.Kind), byte(p.cfg.Fn))
 	b = codec.AppendUvarint(b, uint64(n))
 	for _, wn := range ks.wins {
@@ -200,18 +204,35 @@ func (p *Partition) EncodePane(key string, start int64) []byte {
 		return nil
 	}
 	pn := ks.panes[i]
-	b := make([]byte, 0, 24+8*len(pn.agg.partials)+evidenceSize(pn.evidence))
+	b := make([]byte, 0, 3+p.bodySize(&pn.agg, pn.evidence)) // exactly, as EncodeKey
 	b = append(b, fixedFormatVersion, byte(p.cfg.Kind), byte(p.cfg.Fn))
 	return p.appendBody(b, &pn.agg, pn.evidence)
 }
 
-func evidenceSize(ev []Evidence) int {
-	n := 0
+// bodySize is the length of appendBody's encoding.
+func (p *Partition) bodySize(a *aggState, ev []Evidence) int {
+	n := uvarintLen(uint64(a.count)) + uvarintLen(uint64(len(ev)))
+	switch p.cfg.Fn {
+	case Sum, Avg:
+		n += uvarintLen(uint64(len(a.partials))) + 8*len(a.partials)
+	case Min, Max:
+		n += 8
+	}
 	for i := range ev {
-		n += 32 + len(ev[i].EventID) + len(ev[i].SensorID)
+		e := &ev[i]
+		n += varintLen(e.TS) + stringLen(e.EventID) + stringLen(e.SensorID) + 8 + varintLen(int64(e.Partition)) + varintLen(e.Offset)
 	}
 	return n
 }
+
+// uvarintLen is the length of codec.AppendUvarint's encoding of x.
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// varintLen is the length of codec.AppendVarint's encoding of x (zig-zag).
+func varintLen(x int64) int { return uvarintLen(uint64(x<<1) ^ uint64(x>>63)) }
+
+// stringLen is the length of codec.AppendString's encoding of s.
+func stringLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
 
 // appendBody appends a session's or pane's count, aggregate and evidence.
 func (p *Partition) appendBody(b []byte, a *aggState, ev []Evidence) []byte {

@@ -48,7 +48,7 @@ type pane struct {
 	start int64
 	agg   aggState
 	// full says that the evidence holds EvidenceLimit events, and cut is
-	// the evidence order's leading key of the last of them (evOrder.key):
+	// the evidence order's leading key of the last of them (evOrder.lead):
 	// an event beyond it cannot enter, which addToPane sees without
 	// reading the evidence.
 	cut   int64
@@ -110,7 +110,7 @@ func (p *Partition) addToPane(ks *keyState, e *Evidence) (skip bool) {
 	if limit := p.cfg.EvidenceLimit; limit > 0 && !(pn.full && p.order.beyond(pn.cut, e)) {
 		pn.evidence = addEvidence(pn.evidence, e, limit, p.order)
 		if pn.full = len(pn.evidence) == limit; pn.full {
-			pn.cut = p.order.key(&pn.evidence[limit-1])
+			pn.cut = p.order.lead(&pn.evidence[limit-1])
 		}
 	}
 	p.markPaneDirty(pn)
@@ -121,17 +121,31 @@ func (p *Partition) addToPane(ks *keyState, e *Evidence) (skip bool) {
 // the first EvidenceLimit events of the union of its panes' evidence (nil
 // when none). A pane whose first event does not beat the last one chosen so
 // far adds nothing, which for count, sum and avg (ordered by time, as the
-// panes are) skips every pane after the first ones.
+// panes are) skips every pane after the first ones. The panes are merged
+// in the partition's two scratch buffers, in turn (a window of one
+// contributing pane reads its evidence directly); only the result is
+// allocated, at its length.
 func (p *Partition) windowEvidence(wn *win) []Evidence {
 	limit := p.cfg.EvidenceLimit
-	var out []Evidence
+	var cur []Evidence // the first events so far: a pane's evidence (read only) or p.evScratch[1-k]
+	k := 0             // p.evScratch[k] is free
 	for _, pn := range wn.ks.panesIn(wn.start, wn.start+p.cfg.SizeMs) {
 		ev := pn.evidence
-		if len(ev) == 0 || (len(out) == limit && p.order.cmp(&out[limit-1], &ev[0]) <= 0) {
-			continue
+		switch {
+		case len(ev) == 0 || (len(cur) == limit && p.order.cmp(&cur[limit-1], &ev[0]) <= 0):
+		case len(cur) == 0:
+			cur = ev
+		default:
+			if p.evScratch[k] == nil {
+				p.evScratch[k] = make([]Evidence, 0, limit)
+			}
+			cur = mergeInto(p.evScratch[k][:0], cur, ev, limit, p.order)
+			k = 1 - k
 		}
-		out = mergeEvidence(out, ev, limit, p.order)
 	}
+	out := slices.Clone(cur)
+	clear(p.evScratch[0][:cap(p.evScratch[0])]) // hold no event ids
+	clear(p.evScratch[1][:cap(p.evScratch[1])])
 	return out
 }
 

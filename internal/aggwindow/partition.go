@@ -36,6 +36,11 @@ type Partition struct {
 	dirtyMeta  bool
 
 	nWindows, nFired int // for Stats
+
+	// evScratch are windowEvidence's merge buffers (capacity
+	// EvidenceLimit, allocated on first use, cleared after each use).
+	// Nothing they hold is ever handed out: a revision gets a copy.
+	evScratch [2][]Evidence
 }
 
 // keyState is the state of one key.
@@ -138,15 +143,30 @@ func (p *Partition) Watermark() int64 { return p.wm }
 // ts < W). An event with ts outside [MinTS, MaxTS] or a value that is not
 // finite is OutOfRange and changes nothing.
 func (p *Partition) Process(ev Event, qualifies bool) Result {
+	var res Result
+	p.ProcessTo(&res, &ev, qualifies)
+	return res
+}
+
+// ProcessTo is Process writing the result to *res (which it overwrites)
+// and reading the event through a pointer, which it does not keep: for the
+// caller that processes every record. A Result is too large for the
+// compiler to keep in registers, so a caller of Process stores the
+// returned fields one by one and then copies them in wider loads, and that
+// store-forwarding stall costs as much as a good part of Process;
+// ProcessTo's stores and the caller's loads of the fields match.
+func (p *Partition) ProcessTo(res *Result, ev *Event, qualifies bool) {
 	w := p.wm
-	res := Result{Watermark: w}
+	var late int64
 	if ev.TS < w {
-		res.LatenessMs = subSat(w, ev.TS)
+		late = subSat(w, ev.TS)
 	}
+	res.Watermark, res.LatenessMs = w, late
 	if ev.TS < MinTS || ev.TS > MaxTS || math.IsNaN(ev.Value) || math.IsInf(ev.Value, 0) {
-		res.Outcome = OutOfRange
-		return res
+		res.Outcome, res.Revisions = OutOfRange, nil
+		return
 	}
+	var revs []Revision
 	switch {
 	case !qualifies:
 		res.Outcome = Filtered
@@ -154,14 +174,16 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 		res.Outcome = TooLate
 	default:
 		res.Outcome = Processed
-		res.Revisions = p.apply(&ev, w)
+		revs = p.apply(ev, w)
 	}
 	if nw := ev.TS - p.delayMs; nw > p.wm && !p.hold { // no overflow: see the bounds
 		p.wm = nw
 		p.dirtyMeta = true
 	}
-	res.Revisions = p.closeDue(res.Revisions)
-	return res
+	if p.due.headAt() <= subSat(p.wm, p.cfg.LatenessMs) {
+		revs = p.closeDue(revs) // not called for most records: its frame is large
+	}
+	res.Revisions = revs
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)
@@ -182,7 +204,10 @@ func (p *Partition) Advance(w int64) []Revision {
 func (p *Partition) apply(ev *Event, w int64) []Revision {
 	ks := p.keyFor(ev.Key)
 	late := ev.TS < w
-	e := Evidence{EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value, Partition: ev.Partition, Offset: ev.Offset}
+	// Field by field: a composite literal is built in a temporary and
+	// copied in wider loads than its stores, which stalls.
+	var e Evidence
+	e.EventID, e.SensorID, e.TS, e.Value, e.Partition, e.Offset = ev.EventID, ev.SensorID, ev.TS, ev.Value, ev.Partition, ev.Offset
 	if p.cfg.Kind == Session {
 		return p.applySession(ks, &e, late, w)
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -299,6 +300,75 @@ func TestFiresIgnoresCount(t *testing.T) {
 		got, _ := run(t, fast, evs)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("level %v: with FiresIgnoresCount\n%v\nwithout\n%v", level, got, want)
+		}
+	})
+}
+
+// TestRevisionEvidenceOwned: the Evidence of a revision is the caller's
+// (windowEvidence merges in the partition's scratch buffers, sessions copy
+// theirs): nothing the partition does later, including overwriting what
+// the caller received, changes an earlier revision's evidence or a later
+// one's. Hopping windows of several panes each, so that revisions merge
+// several panes' evidence in turn.
+func TestRevisionEvidenceOwned(t *testing.T) {
+	forEachConfig(t, 20, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		cfg.EvidenceLimit = 1 + rng.IntN(4)
+		cfg.Fires = func(float64, int) bool { return true } // every change is a revision
+		if cfg.Kind == Hopping {
+			cfg.SizeMs, cfg.AdvanceMs = 40, 10*int64(1+rng.IntN(2))
+		}
+		p := mustPartition(t, cfg)
+		evs := arrive(rng, genEvents(rng, 1+rng.IntN(3), 30+rng.IntN(60), 0, 200), int64(rng.IntN(60)))
+		var revs []Revision
+		var copies [][]Evidence
+		keep := func(rs []Revision) {
+			for _, r := range rs {
+				for i := range r.Evidence { // a caller may change its own
+					r.Evidence[i].EventID += "-scribbled"
+				}
+				revs = append(revs, r)
+				copies = append(copies, slices.Clone(r.Evidence))
+			}
+		}
+		for _, e := range evs {
+			keep(p.Process(e, true).Revisions)
+		}
+		keep(p.Advance(math.MaxInt64))
+		if len(revs) == 0 {
+			t.Fatal("no revisions")
+		}
+		for i, r := range revs {
+			if !slices.Equal(r.Evidence, copies[i]) {
+				t.Fatalf("revision %d (%s %s r%d): evidence %v, was %v when emitted", i, r.Status, r.AlertID, r.Revision, evIDs(r.Evidence), evIDs(copies[i]))
+			}
+			for j := range r.Evidence {
+				if !strings.HasSuffix(r.Evidence[j].EventID, "-scribbled") {
+					t.Fatalf("revision %d evidence %d: %q, the caller's change is lost", i, j, r.Evidence[j].EventID)
+				}
+				if strings.Count(r.Evidence[j].EventID, "-scribbled") != 1 {
+					t.Fatalf("revision %d evidence %d: %q, shares its slice with another revision", i, j, r.Evidence[j].EventID)
+				}
+			}
+		}
+	})
+}
+
+// TestProcessTo: ProcessTo writes what Process returns, overwriting every
+// field of the Result it is given (one left from an earlier record).
+func TestProcessTo(t *testing.T) {
+	forEachConfig(t, 5, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		ref, p := mustPartition(t, cfg), mustPartition(t, cfg)
+		evs := arrive(rng, genEvents(rng, 2, 60, 0, 200), int64(rng.IntN(80)))
+		evs = append(evs, Event{Key: "k0", EventID: "x", TS: MaxTS + 1}, Event{Key: "k0", EventID: "y", TS: 100, Value: math.NaN()})
+		stale := Result{Outcome: Processed, Revisions: []Revision{{AlertID: "stale"}}, Watermark: 1, LatenessMs: 2}
+		for i, e := range evs {
+			q := i%3 != 2
+			want := ref.Process(e, q)
+			got := stale
+			p.ProcessTo(&got, &e, q)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("record %d: ProcessTo %+v, Process %+v", i, got, want)
+			}
 		}
 	})
 }

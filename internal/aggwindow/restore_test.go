@@ -315,3 +315,51 @@ func TestLoadOrder(t *testing.T) {
 		t.Fatalf("after a key entry naming window 0 only: %+v (uninterrupted %+v)", st, ref.Stats())
 	}
 }
+
+// TestEncodeSizedExactly: EncodeKey and EncodePane allocate their value
+// at its length (the caller keeps it, as a changelog record): every value
+// of every state along random streams has len == cap, across the
+// varint lengths of negative, small and large fields.
+func TestEncodeSizedExactly(t *testing.T) {
+	forEachConfig(t, 10, func(t *testing.T, rng *rand.Rand, cfg Config) {
+		cfg.EvidenceLimit = rng.IntN(5)
+		cfg.Fires = func(float64, int) bool { return rng.IntN(3) == 0 } // some windows fired, some not
+		p := mustPartition(t, cfg)
+		base := []int64{-1 << 40, -300, 0, 1 << 20, 1 << 45}[rng.IntN(5)]
+		evs := arrive(rng, genEvents(rng, 3, 40+rng.IntN(40), base, 300), int64(rng.IntN(50)))
+		for i, e := range evs {
+			e.Partition = int32(rng.IntN(1 << (1 + rng.IntN(30))))
+			e.Offset = rng.Int64N(1 << (1 + rng.IntN(62)))
+			e.SensorID = strings.Repeat("s", rng.IntN(200)) // a length of one or two bytes
+			p.Process(e, true)
+			for k, ks := range p.keys {
+				if b := p.EncodeKey(k); b != nil && len(b) != cap(b) {
+					t.Fatalf("record %d: EncodeKey(%q): len %d, cap %d", i, k, len(b), cap(b))
+				}
+				for _, pn := range ks.panes {
+					if b := p.EncodePane(k, pn.start); len(b) != cap(b) {
+						t.Fatalf("record %d: EncodePane(%q, %d): len %d, cap %d", i, k, pn.start, len(b), cap(b))
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestVarintLen(t *testing.T) {
+	for _, x := range []int64{0, 1, -1, 63, -64, 64, -65, 1 << 20, -(1 << 20), math.MaxInt64, math.MinInt64, math.MaxInt32, math.MinInt32} {
+		if got, want := varintLen(x), len(codec.AppendVarint(nil, x)); got != want {
+			t.Errorf("varintLen(%d) = %d, want %d", x, got, want)
+		}
+		if got, want := uvarintLen(uint64(x)), len(codec.AppendUvarint(nil, uint64(x))); got != want {
+			t.Errorf("uvarintLen(%d) = %d, want %d", uint64(x), got, want)
+		}
+	}
+	for n := range 64 {
+		for _, x := range []uint64{1<<n - 1, 1 << n, 1<<n + 1} {
+			if got, want := uvarintLen(x), len(codec.AppendUvarint(nil, x)); got != want {
+				t.Errorf("uvarintLen(%d) = %d, want %d", x, got, want)
+			}
+		}
+	}
+}

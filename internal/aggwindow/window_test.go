@@ -281,6 +281,38 @@ func TestEvidenceOrder(t *testing.T) {
 	}
 }
 
+// TestEvidenceLead: the leading keys that addEvidence and pane.cut compare
+// agree with the full evidence order: lead(a) < lead(b) only if a comes
+// before b, and before(a, lead(a), b, lead(b)) is cmp(a, b) < 0, over
+// values with ties, -0 and +0, subnormals and extremes.
+func TestEvidenceLead(t *testing.T) {
+	values := []float64{math.Copysign(0, -1), 0, 5e-324, -5e-324, 1, -1, 1.5, -1.5, math.MaxFloat64, -math.MaxFloat64, math.SmallestNonzeroFloat64 * 3}
+	var evs []Evidence
+	for i, v := range values {
+		for _, ts := range []int64{-7, 0, 3} {
+			evs = append(evs, Evidence{EventID: fmt.Sprint("e", i%3), TS: ts, Value: v})
+		}
+	}
+	for _, o := range []evOrder{byTime, byValueAsc, byValueDesc} {
+		for i := range evs {
+			for j := range evs {
+				a, b := &evs[i], &evs[j]
+				la, lb := o.lead(a), o.lead(b)
+				c := o.cmp(a, b)
+				if la < lb && c >= 0 {
+					t.Fatalf("order %d: lead(%+v) < lead(%+v) but cmp %d", o, *a, *b, c)
+				}
+				if got := before(a, la, b, lb); got != (c < 0) {
+					t.Fatalf("order %d: before(%+v, %+v) = %v, cmp %d", o, *a, *b, got, c)
+				}
+				if o.beyond(la, b) && c >= 0 {
+					t.Fatalf("order %d: %+v beyond %+v's key but cmp %d", o, *b, *a, c)
+				}
+			}
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	ok := Config{Kind: Hopping, SizeMs: 10, AdvanceMs: 5, Fn: Sum, Fires: countAtLeast(1), AlertID: testAlertID}
 	if err := ok.Validate(); err != nil {

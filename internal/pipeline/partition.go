@@ -511,7 +511,8 @@ func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies b
 		Partition: in.Partition, Offset: in.Offset,
 	}
 	dup := qualifies && w.dd.Seen(key, ev.EventID, ev.TS)
-	res := w.agg.Process(e, qualifies && !dup)
+	var res aggwindow.Result
+	w.agg.ProcessTo(&res, &e, qualifies && !dup) // not Process: see ProcessTo
 	w.dd.Advance(w.agg.Watermark())
 	out := window.Filtered
 	switch {
