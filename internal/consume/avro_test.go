@@ -624,34 +624,7 @@ func TestLocalSchemaSources(t *testing.T) {
 // avroRules: the vibration rule, an average over tumbling windows and a
 // per-sensor maximum repartitioned by sensor_id, all over one Avro source,
 // with Avro alerts on three alerts topics.
-const avroRules = `rules:
-  - id: vibration-high
-    version: 1
-    description: high-vibration events
-    source: vibration.events
-    filter: value >= 7.1 && quality == "good"
-    window: {type: sliding, size: 2m}
-    threshold: count >= 3
-    outputs: {alerts: vibration.alerts}
-  - id: vibration-avg
-    version: 1
-    description: vibration events
-    source: vibration.events
-    window: {type: tumbling, size: 1m}
-    aggregate: {fn: avg}
-    threshold: agg > 4 && count >= 10
-    outputs: {alerts: vibration.avg.alerts}
-  - id: sensor-peak
-    version: 1
-    description: sensor peaks
-    source: vibration.events
-    key: sensor_id
-    window: {type: hopping, size: 2m, advance: 1m}
-    aggregate: {fn: max}
-    threshold: agg >= 7.5
-    allowed_lateness: 2m
-    outputs: {alerts: vibration.peak.alerts}
-`
+const avroRules = "rules:\n" + ruleVibrationHigh + ruleVibrationAvg + ruleSensorPeak
 
 // TestAvroSeveralRules: several rules over one Avro source, one of them
 // repartitioned (its repartition topic carries the Avro values, decoded

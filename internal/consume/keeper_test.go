@@ -26,16 +26,7 @@ import (
 
 // Two aggregating rules that take (almost) every event, sharing one dedup
 // store and so one keeper, beside a sliding rule, which has none.
-const keeperRules = `rules:
-  - id: vibration-high
-    version: 1
-    description: high-vibration events
-    source: vibration.events
-    filter: value >= 7.1 && quality == "good"
-    window: {type: sliding, size: 2m}
-    threshold: count >= 3
-    outputs: {alerts: vibration.alerts}
-  - id: machine-max
+const keeperRules = "rules:\n" + ruleVibrationHigh + `  - id: machine-max
     version: 1
     description: vibration events
     source: vibration.events

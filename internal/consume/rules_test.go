@@ -27,8 +27,11 @@ import (
 // Four rules over one topic in one processor: the vibration rule (sliding),
 // an average over tumbling windows, sessions, and a per-sensor maximum over
 // hopping windows that is repartitioned by sensor_id.
-const multiRules = `rules:
-  - id: vibration-high
+const multiRules = "rules:\n" + ruleVibrationHigh + ruleVibrationAvg + ruleEpisode + ruleSensorPeak
+
+// The rules of the fixtures of this package, one YAML list item each.
+const (
+	ruleVibrationHigh = `  - id: vibration-high
     version: 1
     description: high-vibration events
     source: vibration.events
@@ -36,7 +39,8 @@ const multiRules = `rules:
     window: {type: sliding, size: 2m}
     threshold: count >= 3
     outputs: {alerts: vibration.alerts}
-  - id: vibration-avg
+`
+	ruleVibrationAvg = `  - id: vibration-avg
     version: 1
     description: vibration events
     source: vibration.events
@@ -44,7 +48,8 @@ const multiRules = `rules:
     aggregate: {fn: avg}
     threshold: agg > 4 && count >= 10
     outputs: {alerts: vibration.avg.alerts}
-  - id: episode
+`
+	ruleEpisode = `  - id: episode
     version: 1
     description: elevated events
     source: vibration.events
@@ -52,7 +57,8 @@ const multiRules = `rules:
     window: {type: session, gap: 30s}
     threshold: count >= 5
     outputs: {alerts: vibration.episodes}
-  - id: sensor-peak
+`
+	ruleSensorPeak = `  - id: sensor-peak
     version: 1
     description: sensor peaks
     source: vibration.events
@@ -63,6 +69,7 @@ const multiRules = `rules:
     allowed_lateness: 2m
     outputs: {alerts: vibration.peak.alerts}
 `
+)
 
 // fingerprints groups output records by topic as sorted fingerprints.
 func fingerprints(recs []*kgo.Record) map[string][]string {
