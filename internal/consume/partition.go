@@ -87,6 +87,18 @@ type part struct {
 	stats   batchStats
 	touched bool
 	lastJob chan struct{} // closed when its last dispatched job finished (Processor.dispatch)
+	// holding is set by a job whose records were polled while the
+	// previous batch's End ran (Processor.endBatch): their outputs are
+	// held here until the next Begin, in order.
+	holding bool
+	held    []*kgo.Record
+
+	// Of the batch being committed (settled by Processor.settle, read
+	// once it committed): its stats, forwarder state and summary.
+	done      batchStats
+	stagedFwd fwdState
+	stagedWM  int64
+	stagedSt  pipeline.Stats
 
 	// env is the filters' view of the record being handled (handle), kept
 	// here rather than on the stack: the rules' filters take it by
@@ -142,6 +154,7 @@ type rulePart struct {
 	// Of the open batch:
 	lastCL      *kgo.Record         // last changelog record produced in this batch
 	batchAcct   pipeline.Accounting // acct as it will be once the batch commits
+	stagedAcct  pipeline.Accounting // batchAcct when the batch was staged (Processor.settle)
 	batchChunks map[string]int      // chunk counts the batch changes (0: none any more)
 	chunked     int                 // entries the batch writes in chunks
 }
@@ -327,7 +340,7 @@ func loadKeeperPart(t *task, p int32, pt *part) (*rulePart, error) {
 
 // loadPart builds a partition's in-memory state from the local stores.
 func loadPart(src *source, k pkey) (*part, error) {
-	pt := &part{pkey: k, src: src, stats: newBatchStats()}
+	pt := &part{pkey: k, src: src, stats: newBatchStats(), done: newBatchStats()}
 	pt.fwd.max = window.NoWatermark
 	pt.committedFwd = pt.fwd
 	share := pipeline.DedupShare{}

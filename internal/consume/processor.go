@@ -55,6 +55,10 @@ type Options struct {
 	// records (tests in this package: when the records are in the open
 	// batch).
 	afterJob func(n int)
+	// onOverlap, if set, is called after each End that ran while records
+	// were handled (tests in this package): how many, and whether it
+	// committed.
+	onOverlap func(records int, committed bool)
 	// noKeepers plans no dedup keepers: each aggregating rule persists
 	// its own dedup ids, as processors before keepers did (tests in this
 	// package: the state an upgrade starts from).
@@ -70,6 +74,7 @@ type Processor struct {
 	extra     []kgo.Opt
 	onCmt     func()
 	abortFn   func() bool
+	onOverlap func(records int, committed bool)
 	afterJob  func(n int)
 	noKeepers bool // Options.noKeepers
 	workers   int  // partitions processed in parallel
@@ -110,6 +115,7 @@ type Processor struct {
 
 	lastPurge  time.Time // of repartition topics (Run's goroutine)
 	purgeEvery time.Duration
+	lastAllow  time.Time // when the loop last let a rebalance run (Run's goroutine)
 }
 
 // ruleMetrics are the per-rule series (label values pre-created at New).
@@ -226,6 +232,7 @@ func New(cfg config.Config, o Options) (*Processor, error) {
 		extra:      o.ExtraKgoOpts,
 		onCmt:      o.OnCommit,
 		abortFn:    o.AbortBatch,
+		onOverlap:  o.onOverlap,
 		afterJob:   o.afterJob,
 		noKeepers:  o.noKeepers,
 		workers:    runtime.GOMAXPROCS(0),
@@ -795,27 +802,33 @@ func (p *Processor) loop(ctx context.Context) error {
 		if err := p.fatal.Load(); err != nil {
 			return *err
 		}
-		fetches.EachError(func(t string, part int32, err error) {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return
-			}
-			p.log.Warn("consume: fetch error", "topic", t, "partition", part, "err", err)
-		})
+		p.logFetchErrors(fetches)
 		if !fetches.Empty() {
-			if err := p.processFetches(ctx, octx, fetches); err != nil {
+			if err := p.processFetches(ctx, octx, fetches, false); err != nil {
 				return err
 			}
 		}
 		if p.inTxn && (p.now().Sub(p.txnStart) >= p.cfg.CommitInterval || ctx.Err() != nil) {
-			if err := p.commit(octx); err != nil {
+			// While a shutdown is asked for, nothing more is polled.
+			if err := p.endBatch(octx, true, nil, ctx.Err() == nil); err != nil {
 				return err
 			}
 		}
 		if !p.inTxn {
 			// Rebalances run only between batches.
 			p.sess.AllowRebalance()
+			p.lastAllow = p.now()
 		}
 	}
+}
+
+func (p *Processor) logFetchErrors(fetches kgo.Fetches) {
+	fetches.EachError(func(t string, part int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		p.log.Warn("consume: fetch error", "topic", t, "partition", part, "err", err)
+	})
 }
 
 func (p *Processor) pollTimeout() time.Duration {
@@ -847,8 +860,10 @@ func (p *Processor) shutdown() error {
 // concurrent use; a key's outputs come from one goroutine at a time, in
 // order.
 // ctx is Run's (the registry gate's retries stop with it), octx the
-// outputs' (loop).
-func (p *Processor) processFetches(ctx, octx context.Context, fetches kgo.Fetches) error {
+// outputs' (loop). With hold, no batch is open (the previous one's End
+// runs: endBatch): the records are handled into the next batch, their
+// outputs held until it begins.
+func (p *Processor) processFetches(ctx, octx context.Context, fetches kgo.Fetches, hold bool) error {
 	type work struct {
 		pt *part
 		fp kgo.FetchTopicPartition
@@ -890,7 +905,7 @@ func (p *Processor) processFetches(ctx, octx context.Context, fetches kgo.Fetche
 			return p.holdBack(octx, held, polled)
 		}
 	}
-	if !p.inTxn {
+	if !p.inTxn && !hold {
 		if err := p.sess.Begin(); err != nil {
 			return err
 		}
@@ -908,6 +923,7 @@ func (p *Processor) processFetches(ctx, octx context.Context, fetches kgo.Fetche
 	// batch, so the outputs are produced with octx (see loop).
 	for _, w := range todo {
 		p.dispatch(w.pt, func() {
+			w.pt.holding = hold
 			w.pt.endOffset = w.fp.LastStableOffset
 			for _, r := range w.fp.Records {
 				p.handle(octx, w.pt, r)
@@ -1004,7 +1020,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 				pt.stats.alerts[o.Status]++
 				pt.stats.vals = append(pt.stats.vals, displayValue(o))
 				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
-				p.sess.Produce(ctx, outRecord(t.alerts, o))
+				p.emit(ctx, pt, outRecord(t.alerts, o))
 			})
 			if err != nil {
 				p.log.Warn("consume: bad watermark marker skipped", "err", err)
@@ -1024,7 +1040,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 		for i, topic := range src.dlqs {
 			// One letter per dead-letter topic, naming the rules it is
 			// the letter of (pipeline.HeaderDeadLetterRules).
-			p.sess.Produce(ctx, outRecord(topic, pipeline.DeadLetterOutput(in, verr, src.dlqRules[i])))
+			p.emit(ctx, pt, outRecord(topic, pipeline.DeadLetterOutput(in, verr, src.dlqRules[i])))
 		}
 		return
 	}
@@ -1045,7 +1061,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 			case pipeline.TooLate:
 				topic = t.late
 			}
-			p.sess.Produce(ctx, outRecord(topic, o))
+			p.emit(ctx, pt, outRecord(topic, o))
 		})
 	}
 	if len(src.forwards) > 0 {
@@ -1053,7 +1069,7 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 		pt.fwd.active = p.now()
 	}
 	for _, t := range src.forwards {
-		p.sess.Produce(ctx, &kgo.Record{
+		p.emit(ctx, pt, &kgo.Record{
 			Topic: t.input, Key: []byte(t.stage.KeyOf(&ev)), Value: r.Value, Timestamp: r.Timestamp,
 			Headers: append(slices.Clip(r.Headers),
 				kgo.RecordHeader{Key: pipeline.HeaderSourceTopic, Value: []byte(r.Topic)},
@@ -1061,6 +1077,16 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 				kgo.RecordHeader{Key: pipeline.HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)}),
 		})
 	}
+}
+
+// emit produces an output of pt's record into the open batch, or holds it
+// until the batch begins (pt.holding).
+func (p *Processor) emit(ctx context.Context, pt *part, r *kgo.Record) {
+	if pt.holding {
+		pt.held = append(pt.held, r)
+		return
+	}
+	p.sess.Produce(ctx, r)
 }
 
 // displayValue is what the status page shows of an alert: its JSON.
@@ -1086,7 +1112,7 @@ func outRecord(topic string, o pipeline.Output) *kgo.Record {
 // state of every rule to the rule's changelog, then commits (or, on
 // failure, aborts) the transaction, and applies the state to the local
 // stores only once Kafka committed it.
-func (p *Processor) commit(ctx context.Context) error { return p.endBatch(ctx, true, nil) }
+func (p *Processor) commit(ctx context.Context) error { return p.endBatch(ctx, true, nil, false) }
 
 // holdBack pauses fetching of held partitions, whose polled records could
 // not be prepared (the schema registry is unavailable), and aborts the open
@@ -1111,26 +1137,39 @@ func (p *Processor) holdBack(ctx context.Context, held, polled []pkey) error {
 		}
 		p.inTxn, p.txnStart = true, p.now()
 	}
-	return p.endBatch(ctx, false, polled)
+	return p.endBatch(ctx, false, polled, false)
 }
 
 // endBatch commits the open batch when commit is true (and nothing failed),
 // else aborts it; an abort also rewinds the partitions of rewind, which the
 // batch did not touch (at_least_once rewinds by itself; exactly_once's
 // session rewinds every polled partition).
-func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) error {
+//
+// With overlap (exactly_once, no schema registry, no shutdown asked, a
+// rebalance let run less than RebalanceEvery ago), the records already
+// fetched are polled once the batch is staged and handled while the
+// batch's End waits for the broker (the flush and EndTxn, most of a
+// commit): they start the next batch, their outputs held until it begins.
+// The batch commits the offsets it marked (txn.Session.Mark), not the
+// polled ones; an abort drops both batches' state (reloadAll) and the
+// session rewinds the consumer to the committed offsets. What a batch
+// decides does not depend on where batches end, so neither does any
+// output.
+func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, overlap bool) error {
 	p.drain()
 	start := p.now()
+	batch := p.batch
+	p.batch = nil // the next batch's, which may start during End
 	// Each partition's entries are encoded, produced and staged in its
 	// own Pebble batch per store by one goroutine, the partitions in
 	// parallel: a partition's entries touch only its own state and its
 	// own changelog partitions, so the records of one changelog
 	// partition keep their order, and each batch holds its partition's
 	// checkpoint (endBatch commits them after the transaction).
-	staged := make([]stagedPart, len(p.batch))
+	staged := make([]stagedPart, len(batch))
 	if commit { // nothing to write for an abort
 		p.markers(ctx)
-		p.parallel(len(p.batch), func(i int) { staged[i] = p.stage(ctx, p.batch[i]) })
+		p.parallel(len(batch), func(i int) { staged[i] = p.stage(ctx, batch[i]) })
 	}
 	var stageErr error
 	for _, sp := range staged {
@@ -1146,17 +1185,76 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			}
 		}
 	}
-	want := commit && stageErr == nil && (p.abortFn == nil || !p.abortFn())
-	committed, err := p.sess.End(ctx, want, func(topic string, partition int32) (string, error) {
-		pt := p.batchPart(pkey{topic, partition})
-		if pt == nil {
-			return "", fmt.Errorf("consume: commit of %s/%d without its state", topic, partition)
+	staging := commit && stageErr == nil
+	want := staging && (p.abortFn == nil || !p.abortFn())
+	if staging {
+		// (For an abort too, which reloads every partition, so that the
+		// tests' AbortBatch also aborts batches whose End overlaps.)
+		p.settle(batch)
+	}
+	// at: the offset the batch commits of each partition polled again
+	// once it was staged, that of the first record polled then (the
+	// session would commit the polled position, past records of the next
+	// batch).
+	at := map[pkey]kgo.EpochOffset{}
+	var pre kgo.Fetches
+	if staging && overlap && p.cfg.Mode != config.AtLeastOnce && p.gate == nil &&
+		p.now().Sub(p.lastAllow) < RebalanceEvery {
+		pre = p.sess.Client().PollRecords(nil, p.cfg.MaxPollRecords) // what is fetched already, at once
+		p.logFetchErrors(pre)
+		pre.EachPartition(func(fp kgo.FetchTopicPartition) {
+			k := pkey{fp.Topic, fp.Partition}
+			if _, ok := at[k]; !ok && len(fp.Records) > 0 {
+				r := fp.Records[0]
+				at[k] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+			}
+		})
+	}
+	meta := func(topic string, partition int32) (kgo.EpochOffset, string, error) {
+		k := pkey{topic, partition}
+		next, ok := at[k]
+		if !ok {
+			next = kgo.EpochOffset{Epoch: -1, Offset: -1} // the polled position
 		}
-		return pt.meta(), nil
-	})
+		for _, pt := range batch {
+			if pt.pkey == k {
+				return next, pt.meta(), nil
+			}
+		}
+		p.mu.Lock()
+		pt := p.parts[k]
+		p.mu.Unlock()
+		if pt == nil {
+			return next, "", fmt.Errorf("consume: commit of %s/%d without its state", topic, partition)
+		}
+		return next, pt.meta(), nil
+	}
+	var committed bool
+	var err, preErr error
+	var ended time.Time // when End returned
+	if pre.NumRecords() == 0 {
+		committed, err = p.sess.End(ctx, want, meta)
+		ended = p.now()
+	} else {
+		// End reads only the staged batch (meta: its changelog
+		// positions), the workers only the next batch's records and
+		// state, and nothing is produced meanwhile.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			committed, err = p.sess.End(ctx, want, meta)
+			ended = p.now()
+		}()
+		preErr = p.processFetches(ctx, ctx, pre, true)
+		p.met.OverlapRecords.Add(float64(pre.NumRecords()))
+		<-done
+		p.drain()
+		if p.onOverlap != nil {
+			p.onOverlap(pre.NumRecords(), committed && err == nil)
+		}
+	}
 	p.inTxn = false
-	dur := p.now().Sub(start)
-	p.met.CommitSeconds.Observe(dur.Seconds())
+	p.met.CommitSeconds.Observe(ended.Sub(start).Seconds())
 	if stageErr != nil {
 		discard()
 		return fmt.Errorf("consume: stage state: %w", stageErr)
@@ -1169,9 +1267,9 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 	if !committed {
 		discard()
 		p.met.Transactions.WithLabelValues("aborted").Inc()
-		p.log.Info("consume: batch aborted, rewinding to the committed state", "partitions", len(p.batch), "err", err)
-		aborted := make([]pkey, len(p.batch), len(p.batch)+len(rewind))
-		for i, pt := range p.batch {
+		p.log.Info("consume: batch aborted, rewinding to the committed state", "partitions", len(batch), "err", err)
+		aborted := make([]pkey, len(batch), len(batch)+len(rewind))
+		for i, pt := range batch {
 			aborted[i] = pt.pkey
 		}
 		aborted = append(aborted, rewind...)
@@ -1182,16 +1280,16 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 				rewriteFlushed(sp.entries)
 			}
 		}
-		if err := p.reloadAll(); err != nil {
+		if err := p.reloadAll(); err != nil { // the next batch's state too
 			return err
 		}
 		if p.cfg.Mode == config.AtLeastOnce {
 			p.rewind(aborted)
 		}
-		return nil
+		return preErr
 	}
 	var all []*state.Batch
-	for i, pt := range p.batch {
+	for i, pt := range batch {
 		for _, rp := range pt.all() {
 			if b := staged[i].batches[rp.t]; b != nil {
 				if err := b.SetCheckpoint(pt.id, rp.nextTarget()); err != nil {
@@ -1218,14 +1316,14 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 	}
 	p.mu.Lock()
 	for _, pt := range p.parts {
-		pt.committedFwd = pt.fwd
+		pt.committedFwd = pt.stagedFwd
 	}
 	p.mu.Unlock()
-	for _, pt := range p.batch {
+	for _, pt := range batch {
 		p.countCommitted(pt)
 		for _, rp := range pt.rs {
 			rp.target = rp.nextTarget()
-			rp.acct = rp.batchAcct
+			rp.acct = rp.stagedAcct
 			rp.lastCL = nil
 			rp.hashOK = true
 			if rp.t.keeper != nil {
@@ -1233,7 +1331,6 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 			}
 			rp.tombstones, rp.rewrite, rp.dropOwn = nil, nil, nil
 			rp.commitChunks()
-			rp.win.ClearDirty()
 		}
 		for _, rp := range pt.ks {
 			rp.target = rp.nextTarget()
@@ -1243,11 +1340,9 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 				p.rm.chunked.WithLabelValues(rp.t.ns).Add(float64(rp.chunked))
 			}
 			rp.commitChunks()
-			rp.kp.ClearDirty()
 		}
-		pt.touched = false
 		lbl := p.label(pt.pkey)
-		wm, st := pt.summary()
+		wm, st := pt.stagedWM, pt.stagedSt
 		if wm != window.NoWatermark {
 			p.met.Watermark.WithLabelValues(lbl).Set(float64(wm) / 1000)
 		}
@@ -1263,29 +1358,74 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey) er
 		})
 	}
 	now := p.now()
-	for _, pt := range p.batch {
-		for _, ts := range pt.stats.ts {
+	for _, pt := range batch {
+		for _, ts := range pt.done.ts {
 			p.met.AlertLatency.Observe(now.Sub(ts).Seconds())
 		}
-		p.board.addAlerts(pt.stats.vals)
-		for status, n := range pt.stats.alerts {
+		p.board.addAlerts(pt.done.vals)
+		for status, n := range pt.done.alerts {
 			p.met.Alerts.WithLabelValues(status).Add(float64(n))
 		}
-		for reason, n := range pt.stats.dlq {
+		for reason, n := range pt.done.dlq {
 			p.met.DeadLetters.WithLabelValues(reason).Add(float64(n))
 		}
-		pt.stats.reset()
+		pt.done.reset()
 	}
 	p.board.mu.Lock()
 	p.board.cmts++
 	p.board.mu.Unlock()
-	p.batch = p.batch[:0]
 	p.met.Transactions.WithLabelValues("committed").Inc()
 	p.purgeRepartitions(ctx)
 	if p.onCmt != nil {
 		p.onCmt()
 	}
+	if preErr != nil {
+		return preErr
+	}
+	if len(p.batch) > 0 { // records handled during End: the next batch begins
+		if err := p.sess.Begin(); err != nil {
+			return err
+		}
+		p.inTxn, p.txnStart = true, p.now()
+		for _, pt := range p.batch {
+			for i, r := range pt.held {
+				p.sess.Produce(ctx, r)
+				pt.held[i] = nil
+			}
+			pt.held = pt.held[:0]
+		}
+	}
 	return nil
+}
+
+// RebalanceEvery bounds how long the commits that overlap the next
+// batch (endBatch), which leave no moment between batches, keep a pending
+// rebalance waiting: once the loop last let one run longer ago, the next
+// commit does not overlap.
+const RebalanceEvery = time.Second
+
+// settle takes what the staged batch commits before the next batch may
+// change it: its accounting, stats, forwarder state and summary, and
+// forgets what its changelog entries wrote (dirty marks). An abort reloads
+// every partition (reloadAll), so nothing here needs undoing.
+func (p *Processor) settle(batch []*part) {
+	for _, pt := range batch {
+		for _, rp := range pt.rs {
+			rp.stagedAcct = rp.batchAcct
+			rp.win.ClearDirty()
+		}
+		for _, rp := range pt.ks {
+			rp.kp.ClearDirty()
+		}
+		pt.done, pt.stats = pt.stats, pt.done
+		pt.stagedWM, pt.stagedSt = pt.summary()
+		pt.touched = false
+	}
+	p.mu.Lock()
+	for _, pt := range p.parts {
+		pt.stagedFwd = pt.fwd
+	}
+	p.mu.Unlock()
 }
 
 // stagedPart is what endBatch staged of one partition: its changelog
@@ -1475,7 +1615,7 @@ func (p *Processor) batchPart(k pkey) *part {
 func (p *Processor) countCommitted(pt *part) {
 	lbl := p.label(pt.pkey)
 	for _, rp := range pt.rs {
-		n, o := rp.batchAcct, rp.acct
+		n, o := rp.stagedAcct, rp.acct
 		p.met.Records.WithLabelValues(lbl, "processed").Add(float64(n.Processed - o.Processed))
 		p.met.Records.WithLabelValues(lbl, "filtered").Add(float64(n.Filtered - o.Filtered))
 		p.met.Records.WithLabelValues(lbl, "duplicate").Add(float64(n.Duplicate - o.Duplicate))

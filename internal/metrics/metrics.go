@@ -29,6 +29,9 @@ type Metrics struct {
 	Transactions *prometheus.CounterVec
 	// CommitSeconds is the duration of ending a transaction.
 	CommitSeconds prometheus.Histogram
+	// OverlapRecords counts input records handled while the previous
+	// transaction ended (they start the next one).
+	OverlapRecords prometheus.Counter
 	// Watermark is each partition's event-time watermark in seconds since the epoch.
 	Watermark *prometheus.GaugeVec
 	// Restores counts partition restores; RestoreSeconds their duration.
@@ -70,6 +73,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		CommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "processor_txn_commit_duration_seconds", Help: "Time to flush and end one transaction.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		OverlapRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "processor_txn_overlap_records_total", Help: "Input records handled while the previous transaction ended.",
 		}),
 		Watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "processor_watermark_seconds", Help: "Partition event-time watermark, seconds since the epoch.",
@@ -116,7 +122,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{"too_large", "decode_error", "invalid_field", "schema_unknown", "key_mismatch", "clock_ahead"} {
 		m.DeadLetters.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.Records, m.DeadLetters, m.Alerts, m.Transactions, m.CommitSeconds,
+	for _, c := range []prometheus.Collector{m.Records, m.DeadLetters, m.Alerts, m.Transactions, m.CommitSeconds, m.OverlapRecords,
 		m.Watermark, m.Restores, m.RestoreSeconds, m.RestoredRecords, m.StateKeys, m.Rebalances, m.AlertLatency, m.Restoring, m.Ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)

@@ -32,7 +32,9 @@ func TestLingeringRecordsAbortAndCommitAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	noMeta := func(string, int32) (string, error) { return "", nil }
+	noMeta := func(string, int32) (kgo.EpochOffset, string, error) {
+		return kgo.EpochOffset{Epoch: -1, Offset: -1}, "", nil
+	}
 
 	batch := func(value string, commit bool) (bool, time.Duration) {
 		t.Helper()

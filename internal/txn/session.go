@@ -12,8 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// MetaFunc returns the offset-commit metadata of one input partition.
-type MetaFunc func(topic string, partition int32) (string, error)
+// MetaFunc returns the offset-commit metadata of one input partition, and
+// the offset to commit for it: at.Offset < 0 commits the polled position.
+// exactly_once commits at instead (franz-go's End would commit every polled
+// offset): records polled after the batch was staged, and handled while
+// its End runs, belong to the next batch (consume.Processor.endBatch).
+type MetaFunc func(topic string, partition int32) (at kgo.EpochOffset, meta string, err error)
 
 // Session is one instance's consuming and producing client with its commit
 // protocol. Produce may be called from several goroutines, also while the
@@ -27,9 +31,14 @@ type Session interface {
 	// Produce buffers one output record of the current batch.
 	Produce(ctx context.Context, r *kgo.Record)
 	// End flushes the batch's records and commits them with the polled
-	// offsets (metadata from meta) when commit is true and nothing failed;
-	// otherwise it aborts and rewinds the consumer to the committed offsets.
-	// committed=false with err=nil is an ordinary abort.
+	// offsets, or those meta returns (and its metadata), when commit is
+	// true and nothing failed; otherwise it aborts and rewinds the consumer
+	// to the committed offsets. committed=false with err=nil is an
+	// ordinary abort. exactly_once's End may run while workers handle
+	// records polled before it (meta then names the batch's own offsets);
+	// never with a poll, a Produce or Begin. at_least_once commits the
+	// polled offsets: nothing may be polled between a batch's last
+	// records and its End.
 	End(ctx context.Context, commit bool, meta MetaFunc) (committed bool, err error)
 	// AllowRebalance lets a pending rebalance run (between batches).
 	AllowRebalance()
@@ -102,11 +111,17 @@ func (e *eos) End(ctx context.Context, commit bool, meta MetaFunc) (bool, error)
 		for i := range req.Topics {
 			t := &req.Topics[i]
 			for j := range t.Partitions {
-				m, err := meta(t.Topic, t.Partitions[j].Partition)
+				tp := &t.Partitions[j]
+				at, m, err := meta(t.Topic, tp.Partition)
 				if err != nil {
 					return err
 				}
-				t.Partitions[j].Metadata = &m
+				if at.Offset >= 0 {
+					// franz-go records what was sent as committed,
+					// and an abort rewinds the consumer to it.
+					tp.Offset, tp.LeaderEpoch = at.Offset, at.Epoch
+				}
+				tp.Metadata = &m
 			}
 		}
 		return nil
@@ -177,7 +192,7 @@ func (a *alo) End(ctx context.Context, commit bool, meta MetaFunc) (bool, error)
 		for i := range req.Topics {
 			t := &req.Topics[i]
 			for j := range t.Partitions {
-				m, err := meta(t.Topic, t.Partitions[j].Partition)
+				_, m, err := meta(t.Topic, t.Partitions[j].Partition)
 				if err != nil {
 					metaErr = err
 					return err
