@@ -21,9 +21,20 @@ import (
 // scrape returns the samples of a Prometheus text exposition: name{labels} -> value.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	m, err := tryScrape(url)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", url, err)
+	}
+	return m
+}
+
+// tryScrape is scrape without failing the test (an instance about to be
+// killed may not serve yet).
+func tryScrape(url string) (map[string]float64, error) {
+	cl := http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	out := map[string]float64{}
@@ -41,7 +52,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		}
 		out[line[:i]] = v
 	}
-	return out
+	return out, sc.Err()
 }
 
 // sum adds the samples of metric whose labels contain every filter.
