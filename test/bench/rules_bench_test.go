@@ -20,7 +20,10 @@ package bench
 //
 // The knobs of BenchmarkProcessor that apply (BENCH_RECORDS, BENCH_MACHINES,
 // BENCH_LOG_DIR) apply here too; BENCH_BIN names a processor binary to run
-// instead of the one built from the working tree (see rulesBinary).
+// instead of the one built from the working tree (see rulesBinary), and
+// BENCH_PAIRS=n (default 1) makes each n-rule run n alternating pairs of
+// runs (one rule, then n rules) and report the medians of their ratios
+// (morePairs).
 
 import (
 	"fmt"
@@ -29,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,6 +84,7 @@ func BenchmarkRules(b *testing.B) {
 	})
 	var one procRun // the 1-rule run, the base of the cost ratios
 	var costs []string
+	pairs := envInt(b, "BENCH_PAIRS", 1)
 	run := func(name string, rs []benchrules.Rule, repartitioned string) {
 		b.Run(name, func(b *testing.B) {
 			var r procRun
@@ -111,6 +116,9 @@ func BenchmarkRules(b *testing.B) {
 			line += slowPhaseNote(one, r)
 			b.Logf("bench: %s", line)
 			costs = append(costs, line)
+			if pairs > 1 {
+				costs = append(costs, f.morePairs(b, name, rs, repartitioned, pairs, steady, cpu))
+			}
 		})
 	}
 	run("exactly_once_1_rule", benchrules.Ten[:1], "")
@@ -135,6 +143,47 @@ func BenchmarkRules(b *testing.B) {
 	}
 	// Printed, not logged: b.Log output of a benchmark is cut at 10 lines.
 	fmt.Printf("\nbench: rules summary (load average now %s)\n%s\n", loadavg(), sb.String())
+}
+
+// morePairs runs pairs-1 more pairs of runs (one rule, then rs), after the
+// first pair whose ratios are steady0 and cpu0, and returns the summary:
+// per pair the steady-throughput and processor-CPU ratios, their medians
+// and ranges, and in how many pairs the steady ratio is under 3x. The
+// machine's speed drifts by 15 % within minutes (docs/BENCHMARKS.md), so a
+// single pair says little; the pairs alternate so that both runs of a pair
+// see the same minutes.
+func (f *fixture) morePairs(b *testing.B, name string, rs []benchrules.Rule, repartitioned string, pairs int, steady0, cpu0 float64) string {
+	b.Helper()
+	steady, cpu := []float64{steady0}, []float64{cpu0}
+	for i := 2; i <= pairs; i++ {
+		one := f.runRules(b, "exactly_once_1_rule", benchrules.Ten[:1], "")
+		r := f.runRules(b, name, rs, repartitioned)
+		steady = append(steady, one.steadyRate()/r.steadyRate())
+		cpu = append(cpu, r.procCPU.Seconds()/one.procCPU.Seconds())
+		b.Logf("bench: %s pair %d of %d: %.2fx steady (%.0f vs %.0f records/s), %.2fx processor CPU (%.2f vs %.2f µs/record)%s",
+			name, i, pairs, steady[i-1], r.steadyRate(), one.steadyRate(), cpu[i-1],
+			r.procCPU.Seconds()*1e6/float64(r.n), one.procCPU.Seconds()*1e6/float64(one.n), slowPhaseNote(one, r))
+	}
+	under := 0
+	for _, s := range steady {
+		if s < 3 {
+			under++
+		}
+	}
+	ms, mc := median(steady), median(cpu)
+	b.ReportMetric(ms, "median_steady_cost_x")
+	b.ReportMetric(mc, "median_cpu_cost_x")
+	return fmt.Sprintf("%s vs 1 rule over %d alternating pairs: steady %.2fx median (%.2f–%.2f), under 3x in %d of %d; processor CPU %.2fx median (%.2f–%.2f)",
+		name, pairs, ms, slices.Min(steady), slices.Max(steady), under, pairs, mc, slices.Min(cpu), slices.Max(cpu))
+}
+
+// median of xs (not empty).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // rulesBinary returns a private copy of the processor binary every run of
