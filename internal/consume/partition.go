@@ -94,11 +94,14 @@ type part struct {
 	held    []*kgo.Record
 
 	// Of the batch being committed (settled by Processor.settle, read
-	// once it committed): its stats, forwarder state and summary.
-	done      batchStats
-	stagedFwd fwdState
-	stagedWM  int64
-	stagedSt  pipeline.Stats
+	// once it committed): its stats, forwarder state, summary and fetch
+	// position (for the status page).
+	done         batchStats
+	stagedFwd    fwdState
+	stagedWM     int64
+	stagedSt     pipeline.Stats
+	stagedEnd    int64
+	stagedRecord time.Time
 
 	// env is the filters' view of the record being handled (handle), kept
 	// here rather than on the stack: the rules' filters take it by
@@ -155,6 +158,7 @@ type rulePart struct {
 	lastCL      *kgo.Record         // last changelog record produced in this batch
 	batchAcct   pipeline.Accounting // acct as it will be once the batch commits
 	stagedAcct  pipeline.Accounting // batchAcct when the batch was staged (Processor.settle)
+	stagedRisk  int                 // the window's alerts-at-risk count then (TakeAtRisk)
 	batchChunks map[string]int      // chunk counts the batch changes (0: none any more)
 	chunked     int                 // entries the batch writes in chunks
 }

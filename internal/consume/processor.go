@@ -1150,9 +1150,11 @@ func (p *Processor) holdBack(ctx context.Context, held, polled []pkey) error {
 // fetched are polled once the batch is staged and handled while the
 // batch's End waits for the broker (the flush and EndTxn, most of a
 // commit): they start the next batch, their outputs held until it begins.
-// The batch commits the offsets it marked (txn.Session.Mark), not the
-// polled ones; an abort drops both batches' state (reloadAll) and the
-// session rewinds the consumer to the committed offsets. What a batch
+// The batch commits its own offsets (for a partition polled again, that
+// of the first record polled then, which txn.MetaFunc hands to the
+// session's PreTxnCommitFnContext hook), not the polled ones; an abort
+// drops both batches' state (reloadAll) and the session rewinds the
+// consumer to the committed offsets. What a batch
 // decides does not depend on where batches end, so neither does any
 // output.
 func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, overlap bool) error {
@@ -1204,8 +1206,13 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 		p.logFetchErrors(pre)
 		pre.EachPartition(func(fp kgo.FetchTopicPartition) {
 			k := pkey{fp.Topic, fp.Partition}
-			if _, ok := at[k]; !ok && len(fp.Records) > 0 {
-				r := fp.Records[0]
+			if len(fp.Records) == 0 {
+				return
+			}
+			// (One poll hands out a partition's records in order; the
+			// smallest offset is taken all the same.)
+			r := fp.Records[0]
+			if cur, ok := at[k]; !ok || r.Offset < cur.Offset {
 				at[k] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
 			}
 		})
@@ -1349,10 +1356,10 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 		p.met.StateKeys.WithLabelValues(lbl).Set(float64(st.Keys))
 		p.board.update(pt.pkey, func(ps *PartitionStatus) {
 			ps.CommittedOffset = pt.nextOffset(ps.CommittedOffset)
-			ps.EndOffset = max(pt.endOffset, ps.EndOffset)
+			ps.EndOffset = max(pt.stagedEnd, ps.EndOffset)
 			ps.Lag = ps.EndOffset - ps.CommittedOffset
 			ps.Watermark = wm
-			ps.LastRecord = pt.lastRecord
+			ps.LastRecord = pt.stagedRecord
 			ps.Keys, ps.Events, ps.OpenIncidents = st.Keys, st.Events, st.OpenIncidents
 			ps.ChangelogNext = pt.changelogNext()
 		})
@@ -1411,7 +1418,7 @@ const RebalanceEvery = time.Second
 func (p *Processor) settle(batch []*part) {
 	for _, pt := range batch {
 		for _, rp := range pt.rs {
-			rp.stagedAcct = rp.batchAcct
+			rp.stagedAcct, rp.stagedRisk = rp.batchAcct, rp.win.TakeAtRisk()
 			rp.win.ClearDirty()
 		}
 		for _, rp := range pt.ks {
@@ -1419,6 +1426,7 @@ func (p *Processor) settle(batch []*part) {
 		}
 		pt.done, pt.stats = pt.stats, pt.done
 		pt.stagedWM, pt.stagedSt = pt.summary()
+		pt.stagedEnd, pt.stagedRecord = pt.endOffset, pt.lastRecord
 		pt.touched = false
 	}
 	p.mu.Lock()
@@ -1630,7 +1638,7 @@ func (p *Processor) countCommitted(pt *part) {
 		if rp.chunked > 0 {
 			p.rm.chunked.WithLabelValues(ns).Add(float64(rp.chunked))
 		}
-		if k := rp.win.TakeAtRisk(); k > 0 {
+		if k := rp.stagedRisk; k > 0 {
 			p.rm.atRisk.WithLabelValues(ns).Add(float64(k))
 		}
 		if d, ok := rp.win.DelayMs(); ok {
