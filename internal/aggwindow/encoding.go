@@ -304,6 +304,7 @@ func (p *Partition) LoadKey(key string, data []byte) error {
 		return fmt.Errorf("aggwindow: load key %q: %w", key, err)
 	}
 	if old := p.keys[key]; old != nil {
+		old.dropped = true
 		for _, wn := range old.wins {
 			wn.dead = true
 			p.nWindows--

@@ -304,6 +304,7 @@ func (p *Partition) installFired(key string, fs []firedMeta) {
 	})
 	if len(ks.wins) == 0 {
 		delete(p.keys, key)
+		ks.dropped = true
 	}
 }
 

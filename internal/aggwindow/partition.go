@@ -53,7 +53,8 @@ type keyState struct {
 	hot *pane
 	one *win
 
-	key string
+	key     string
+	dropped bool // no longer p.keys[key]: a KeyRef holding it is stale
 	// wins are the key's live windows sorted by start. Fixed windows have
 	// distinct starts aligned to the hop; sessions are disjoint with
 	// next.start >= previous.last + gap (else they would have merged).
@@ -202,7 +203,15 @@ func (p *Partition) Advance(w int64) []Revision {
 // apply adds a qualifying event to its key's windows and returns the
 // revisions that causes; w is W before the record.
 func (p *Partition) apply(ev *Event, w int64) []Revision {
-	ks := p.keyFor(ev.Key)
+	var ks *keyState
+	if r := ev.Ref; r != nil && r.ks != nil && !r.ks.dropped {
+		ks = r.ks
+	} else {
+		ks = p.keyFor(ev.Key)
+		if r != nil {
+			r.ks = ks
+		}
+	}
 	late := ev.TS < w
 	// Field by field: a composite literal is built in a temporary and
 	// copied in wider loads than its stores, which stalls.
@@ -526,6 +535,7 @@ func (p *Partition) remove(wn *win, mark bool) {
 	if len(ks.wins) == 0 {
 		p.dropPanes(ks, math.MaxInt64, mark) // none in a consistent state
 		delete(p.keys, ks.key)
+		ks.dropped = true
 	}
 }
 

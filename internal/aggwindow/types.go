@@ -11,7 +11,16 @@ type Event struct {
 	Value     float64 // the aggregated field after normalisation; finite
 	Partition int32   // input partition of the record
 	Offset    int64   // input offset of the record
+	// Ref, if set, caches Key's state in this Partition for a caller that
+	// looks the key up once for several rules (package consume: one
+	// KeyRef per rule and key). It changes no result.
+	Ref *KeyRef
 }
+
+// KeyRef is a cached lookup of one key's state in one Partition; the zero
+// KeyRef is empty. A KeyRef must be used with one Partition and one key
+// only.
+type KeyRef struct{ ks *keyState }
 
 // Outcome is what Process did with a record.
 type Outcome uint8

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vibeline/processor/internal/aggwindow"
 	"github.com/vibeline/processor/internal/dedup"
+	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/pipeline"
 	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/state"
@@ -103,6 +104,13 @@ type part struct {
 	stagedEnd    int64
 	stagedRecord time.Time
 
+	// refs are the cached key lookups of the aggregating rules (at least
+	// two: aggIdx of each; refsFor), one per rule and key; cleared once
+	// they hold maxKeyRefs keys.
+	refs    map[string][]aggwindow.KeyRef
+	nAgg    int
+	aggRule int // index in rs of the first aggregating rule
+
 	// env is the filters' view of the record being handled (handle), kept
 	// here rather than on the stack: the rules' filters take it by
 	// pointer into code escape analysis cannot follow, which would
@@ -126,6 +134,7 @@ type rulePart struct {
 	t      *task
 	win    *pipeline.Partition
 	kp     *pipeline.DedupKeeper
+	aggIdx int   // its KeyRef in part.refs' slices (-1: not an aggregating rule)
 	target int64 // committed changelog position (next offset)
 	acct   pipeline.Accounting
 	hashOK bool // the committed state carries the rule's hash
@@ -353,7 +362,18 @@ func loadPart(src *source, k pkey) (*part, error) {
 		if err != nil {
 			return nil, err
 		}
+		rp.aggIdx = -1
+		if rp.win.Aggregating() {
+			if pt.nAgg == 0 {
+				pt.aggRule = len(pt.rs)
+			}
+			rp.aggIdx = pt.nAgg
+			pt.nAgg++
+		}
 		pt.rs = append(pt.rs, rp)
+	}
+	if pt.nAgg >= 2 {
+		pt.refs = map[string][]aggwindow.KeyRef{}
 	}
 	for _, t := range src.keepers {
 		rp, err := loadKeeperPart(t, k.id, pt)
@@ -363,6 +383,28 @@ func loadPart(src *source, k pkey) (*part, error) {
 		pt.ks = append(pt.ks, rp)
 	}
 	return pt, nil
+}
+
+// maxKeyRefs bounds part.refs: a cache, cleared when it is full (keys that
+// no longer come are dropped with it).
+const maxKeyRefs = 1 << 16
+
+// refsFor returns the KeyRefs of the record key of ev (by the first
+// aggregating rule's key), or nil when fewer than two rules aggregate.
+func (pt *part) refsFor(ev *event.Event) (string, []aggwindow.KeyRef) {
+	if pt.refs == nil {
+		return "", nil
+	}
+	key := pt.rs[pt.aggRule].t.stage.KeyOf(ev)
+	refs := pt.refs[key]
+	if refs == nil {
+		if len(pt.refs) >= maxKeyRefs {
+			clear(pt.refs)
+		}
+		refs = make([]aggwindow.KeyRef, pt.nAgg)
+		pt.refs[key] = refs
+	}
+	return key, refs
 }
 
 // all returns the partition's rule parts, then its dedup keepers' parts.

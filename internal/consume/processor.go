@@ -1044,9 +1044,13 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 		}
 		return
 	}
-	pt.env = pipeline.EnvOf(&ev) // the filters' view of the record, built once for every rule
+	pt.env = pipeline.EnvOf(&ev)  // the filters' view of the record, built once for every rule
+	rkey, refs := pt.refsFor(&ev) // one key lookup for the aggregating rules
 	for _, rp := range pt.rs {
 		t := rp.t
+		if refs != nil && rp.aggIdx >= 0 {
+			rp.win.UseKeyRef(rkey, &refs[rp.aggIdx])
+		}
 		t.stage.ApplyEnv(rp.win, &ev, &pt.env, &in, &rp.batchAcct, func(o pipeline.Output) {
 			var topic string
 			switch o.Kind {

@@ -46,6 +46,11 @@ type Partition struct {
 	env  rules.Event
 	keys []string // scratch for Dirty
 
+	// ref, if refKey is the key of the record applied, is its cached
+	// state lookup (UseKeyRef).
+	ref    *aggwindow.KeyRef
+	refKey string
+
 	// Of a repartitioned rule: what it knows of each source partition and
 	// how many there are (see alignTarget).
 	src        map[int32]srcState
@@ -510,6 +515,9 @@ func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies b
 		Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
 		Partition: in.Partition, Offset: in.Offset,
 	}
+	if w.ref != nil && w.refKey == key {
+		e.Ref = w.ref
+	}
 	dup := qualifies && w.dd.Seen(key, ev.EventID, ev.TS)
 	var res aggwindow.Result
 	w.agg.ProcessTo(&res, &e, qualifies && !dup) // not Process: see ProcessTo
@@ -525,6 +533,17 @@ func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies b
 	}
 	return out, res.Watermark, res.LatenessMs, res.Revisions
 }
+
+// Aggregating reports whether the rule's windows are aggregating ones
+// (tumbling, hopping, session), whose key lookups UseKeyRef can share.
+func (w *Partition) Aggregating() bool { return w.agg != nil }
+
+// UseKeyRef makes the records of key use r as the cached lookup of the
+// key's state in the aggregating windows, until it is called again: a
+// caller that holds one KeyRef per rule and key (package consume, for the
+// rules of one input partition) looks a record's key up once for all of
+// them. r must stay with this Partition and key. It changes no result.
+func (w *Partition) UseKeyRef(key string, r *aggwindow.KeyRef) { w.refKey, w.ref = key, r }
 
 // Watermark is the partition watermark (window.NoWatermark before any
 // event; the two window packages use the same minus infinity).
