@@ -97,12 +97,8 @@ type part struct {
 	// Of the batch being committed (settled by Processor.settle, read
 	// once it committed): its stats, forwarder state, summary and fetch
 	// position (for the status page).
-	done         batchStats
-	stagedFwd    fwdState
-	stagedWM     int64
-	stagedSt     pipeline.Stats
-	stagedEnd    int64
-	stagedRecord time.Time
+	done   batchStats
+	staged stagedState
 
 	// refs are the cached key lookups of the aggregating rules (at least
 	// two: aggIdx of each; refsFor), one per rule and key; cleared once
@@ -116,6 +112,16 @@ type part struct {
 	// pointer into code escape analysis cannot follow, which would
 	// allocate it once per record.
 	env rules.Event
+}
+
+// stagedState is what Processor.settle takes of a partition for the
+// bookkeeping of the staged batch once it committed.
+type stagedState struct {
+	fwd        fwdState
+	wm         int64 // summary
+	st         pipeline.Stats
+	endOffset  int64
+	lastRecord time.Time
 }
 
 // fwdState is what a source partition's forwarder knows.

@@ -1198,43 +1198,19 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 		// tests' AbortBatch also aborts batches whose End overlaps.)
 		p.settle(batch)
 	}
-	// at: the offset the batch commits of each partition polled again
-	// once it was staged, that of the first record polled then (the
-	// session would commit the polled position, past records of the next
-	// batch).
-	at := map[pkey]kgo.EpochOffset{}
 	var pre kgo.Fetches
 	if staging && overlap && p.cfg.Mode != config.AtLeastOnce && p.gate == nil &&
 		p.now().Sub(p.lastAllow) < RebalanceEvery {
 		pre = p.sess.Client().PollRecords(nil, p.cfg.MaxPollRecords) // what is fetched already, at once
 		p.logFetchErrors(pre)
-		pre.EachPartition(func(fp kgo.FetchTopicPartition) {
-			k := pkey{fp.Topic, fp.Partition}
-			if len(fp.Records) == 0 {
-				return
-			}
-			// (One poll hands out a partition's records in order; the
-			// smallest offset is taken all the same.)
-			r := fp.Records[0]
-			if cur, ok := at[k]; !ok || r.Offset < cur.Offset {
-				at[k] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
-			}
-		})
 	}
+	at := firstOffsets(pre)
 	meta := func(topic string, partition int32) (kgo.EpochOffset, string, error) {
-		k := pkey{topic, partition}
-		next, ok := at[k]
+		next, ok := at[pkey{topic, partition}]
 		if !ok {
 			next = kgo.EpochOffset{Epoch: -1, Offset: -1} // the polled position
 		}
-		for _, pt := range batch {
-			if pt.pkey == k {
-				return next, pt.meta(), nil
-			}
-		}
-		p.mu.Lock()
-		pt := p.parts[k]
-		p.mu.Unlock()
+		pt := p.batchPart(batch, pkey{topic, partition})
 		if pt == nil {
 			return next, "", fmt.Errorf("consume: commit of %s/%d without its state", topic, partition)
 		}
@@ -1327,7 +1303,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 	}
 	p.mu.Lock()
 	for _, pt := range p.parts {
-		pt.committedFwd = pt.stagedFwd
+		pt.committedFwd = pt.staged.fwd
 	}
 	p.mu.Unlock()
 	for _, pt := range batch {
@@ -1353,17 +1329,17 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 			rp.commitChunks()
 		}
 		lbl := p.label(pt.pkey)
-		wm, st := pt.stagedWM, pt.stagedSt
+		wm, st := pt.staged.wm, pt.staged.st
 		if wm != window.NoWatermark {
 			p.met.Watermark.WithLabelValues(lbl).Set(float64(wm) / 1000)
 		}
 		p.met.StateKeys.WithLabelValues(lbl).Set(float64(st.Keys))
 		p.board.update(pt.pkey, func(ps *PartitionStatus) {
 			ps.CommittedOffset = pt.nextOffset(ps.CommittedOffset)
-			ps.EndOffset = max(pt.stagedEnd, ps.EndOffset)
+			ps.EndOffset = max(pt.staged.endOffset, ps.EndOffset)
 			ps.Lag = ps.EndOffset - ps.CommittedOffset
 			ps.Watermark = wm
-			ps.LastRecord = pt.stagedRecord
+			ps.LastRecord = pt.staged.lastRecord
 			ps.Keys, ps.Events, ps.OpenIncidents = st.Keys, st.Events, st.OpenIncidents
 			ps.ChangelogNext = pt.changelogNext()
 		})
@@ -1409,6 +1385,26 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 	return nil
 }
 
+// firstOffsets returns, per partition with records in fs, the offset of its
+// first record: what a batch staged before fs were polled commits of it
+// (the session would commit the polled position, past the records of the
+// next batch).
+func firstOffsets(fs kgo.Fetches) map[pkey]kgo.EpochOffset {
+	at := map[pkey]kgo.EpochOffset{}
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		// (One poll hands out a partition's records in order; the smallest
+		// offset is taken all the same.)
+		k, r := pkey{fp.Topic, fp.Partition}, fp.Records[0]
+		if cur, ok := at[k]; !ok || r.Offset < cur.Offset {
+			at[k] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+		}
+	})
+	return at
+}
+
 // RebalanceEvery bounds how long the commits that overlap the next
 // batch (endBatch), which leave no moment between batches, keep a pending
 // rebalance waiting: once the loop last let one run longer ago, the next
@@ -1429,13 +1425,13 @@ func (p *Processor) settle(batch []*part) {
 			rp.kp.ClearDirty()
 		}
 		pt.done, pt.stats = pt.stats, pt.done
-		pt.stagedWM, pt.stagedSt = pt.summary()
-		pt.stagedEnd, pt.stagedRecord = pt.endOffset, pt.lastRecord
+		pt.staged.wm, pt.staged.st = pt.summary()
+		pt.staged.endOffset, pt.staged.lastRecord = pt.endOffset, pt.lastRecord
 		pt.touched = false
 	}
 	p.mu.Lock()
 	for _, pt := range p.parts {
-		pt.stagedFwd = pt.fwd
+		pt.staged.fwd = pt.fwd
 	}
 	p.mu.Unlock()
 }
@@ -1613,8 +1609,10 @@ func (pt *part) changelogNext() int64 {
 	return pt.rs[0].target
 }
 
-func (p *Processor) batchPart(k pkey) *part {
-	for _, pt := range p.batch {
+// batchPart returns the part of k in batch, else the owned one (nil if
+// none).
+func (p *Processor) batchPart(batch []*part, k pkey) *part {
+	for _, pt := range batch {
 		if pt.pkey == k {
 			return pt
 		}
