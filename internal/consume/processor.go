@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -116,6 +117,10 @@ type Processor struct {
 	lastPurge  time.Time // of repartition topics (Run's goroutine)
 	purgeEvery time.Duration
 	lastAllow  time.Time // when the loop last let a rebalance run (Run's goroutine)
+	// The last overlapped commit's End and how fast the workers handled
+	// its records (overlapTake; Run's goroutine).
+	ovEnd  time.Duration
+	ovRate float64 // records per second
 }
 
 // ruleMetrics are the per-rule series (label values pre-created at New).
@@ -1201,7 +1206,7 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 	var pre kgo.Fetches
 	if staging && overlap && p.cfg.Mode != config.AtLeastOnce && p.gate == nil &&
 		p.now().Sub(p.lastAllow) < RebalanceEvery {
-		pre = p.sess.Client().PollRecords(nil, OverlapPolls*p.cfg.MaxPollRecords) // what is fetched already, at once
+		pre = p.sess.Client().PollRecords(nil, p.overlapTake()) // what is fetched already, at once
 		p.logFetchErrors(pre)
 	}
 	at := firstOffsets(pre)
@@ -1232,10 +1237,16 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 			committed, err = p.sess.End(ctx, want, meta)
 			ended = p.now()
 		}()
+		t0 := p.now()
 		preErr = p.processFetches(ctx, ctx, pre, true)
 		p.met.OverlapRecords.Add(float64(pre.NumRecords()))
-		<-done
 		p.drain()
+		handled := p.now().Sub(t0)
+		<-done
+		p.ovEnd, p.ovRate = 0, 0
+		if end := ended.Sub(t0); handled > 0 && end > 0 {
+			p.ovEnd, p.ovRate = end, float64(pre.NumRecords())/handled.Seconds()
+		}
 		if p.onOverlap != nil {
 			p.onOverlap(pre.NumRecords(), committed && err == nil)
 		}
@@ -1406,14 +1417,31 @@ func firstOffsets(fs kgo.Fetches) map[pkey]kgo.EpochOffset {
 }
 
 // OverlapPolls is how many polls' worth of records (max_poll_records
-// each) an overlapped commit takes from what the client has fetched: the
-// workers handle them while End waits for the broker. One poll's worth
-// kept them busy for about a third of a 10-rule commit (5,000 records,
-// about 23 ms, against End's 60-70 ms), the rest of End idle; franz-go
-// buffers one fetch response per broker (up to 1 MiB per partition), so
-// there is usually more. The records taken are bounded, and so are the
-// outputs held until the next batch begins.
+// each) an overlapped commit takes at most from what the client has
+// fetched: the workers handle them while End waits for the broker. One
+// poll's worth kept them busy for about a third of a 10-rule commit
+// (5,000 records, about 23 ms, against End's 60-70 ms), the rest of End
+// idle; franz-go buffers one fetch response per broker (up to 1 MiB per
+// partition), so there is usually more. The records taken are bounded,
+// and so are the outputs held until the next batch begins.
 const OverlapPolls = 8
+
+// overlapTake is how many fetched records an overlapped commit takes:
+// about what the workers handle while End runs, from the last overlapped
+// commit's End and handling rate, in whole polls' worth, at least one and
+// at most OverlapPolls (the first time, and when the last one measured
+// nothing). Taking more than End lasts would leave the loop waiting for
+// the workers' slowest partition after End returned, with cores idle.
+// It changes only where batches end, never an output (rule 13).
+func (p *Processor) overlapTake() int {
+	m := p.cfg.MaxPollRecords
+	if p.ovRate <= 0 {
+		return OverlapPolls * m
+	}
+	want := 1.25 * p.ovEnd.Seconds() * p.ovRate // a margin: End's length varies
+	k := int(math.Ceil(want / float64(m)))
+	return min(max(k, 1), OverlapPolls) * m
+}
 
 // RebalanceEvery bounds how long the commits that overlap the next
 // batch (endBatch), which leave no moment between batches, keep a pending

@@ -39,6 +39,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/vibeline/processor/internal/config"
+	"github.com/vibeline/processor/internal/consume"
 	"github.com/vibeline/processor/test/benchrules"
 	"github.com/vibeline/processor/test/e2e/harness"
 )
@@ -243,6 +244,13 @@ func (f *fixture) runRules(b *testing.B, name string, rs []benchrules.Rule, repa
 			topics = append(topics, createTopicWith(b, b, f.seeds, cfg.RepartitionFor(c), partitions,
 				map[string]*string{"cleanup.policy": kstr("delete"), "retention.ms": kstr("-1")}))
 		}
+	}
+	keepers, err := consume.Keepers(cfg)
+	if err != nil {
+		b.Fatalf("bench: the dedup keepers of %s: %v", name, err)
+	}
+	for _, k := range keepers {
+		topics = append(topics, k.Changelog) // created by the processor: deleted with the rest
 	}
 	env := []string{
 		"PROCESSOR_BROKERS=" + strings.Join(f.seeds, ","),
