@@ -66,3 +66,28 @@ func TestOverlappedCommitsExactlyOnce(t *testing.T) {
 	checkOutputs(t, seeds, want, topics...)
 	t.Logf("%d records handled during an End, %d overlapped Ends aborted", overlapped, overlapAborted)
 }
+
+// TestOverlapTake checks the size of an overlapped commit's take: all
+// OverlapPolls polls' worth until a commit measured End and the handling
+// rate, then about what is handled while End runs (plus a quarter), in
+// whole polls' worth, at least one.
+func TestOverlapTake(t *testing.T) {
+	for _, c := range []struct {
+		end  time.Duration
+		rate float64
+		want int
+	}{
+		{0, 0, OverlapPolls * 5000},                   // nothing measured yet
+		{100 * time.Millisecond, 250_000, 7 * 5000},   // 31,250 records: 6.25 polls' worth
+		{20 * time.Millisecond, 700_000, 4 * 5000},    // 17,500: 3.5
+		{time.Millisecond, 100_000, 5000},             // 125: one poll's worth at least
+		{time.Second, 1_000_000, OverlapPolls * 5000}, // capped
+		{80 * time.Millisecond, 200_000, 4 * 5000},    // exactly 20,000: 4
+	} {
+		p := &Processor{ovEnd: c.end, ovRate: c.rate}
+		p.cfg.MaxPollRecords = 5000
+		if got := p.overlapTake(); got != c.want {
+			t.Errorf("End %v at %.0f records/s: take %d, want %d", c.end, c.rate, got, c.want)
+		}
+	}
+}
