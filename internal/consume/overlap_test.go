@@ -73,21 +73,20 @@ func TestOverlappedCommitsExactlyOnce(t *testing.T) {
 // whole polls' worth, at least one.
 func TestOverlapTake(t *testing.T) {
 	for _, c := range []struct {
-		end  time.Duration
-		rate float64
+		fits float64 // records handled in the time of an End
 		want int
 	}{
-		{0, 0, OverlapPolls * 5000},                   // nothing measured yet
-		{100 * time.Millisecond, 250_000, 7 * 5000},   // 31,250 records: 6.25 polls' worth
-		{20 * time.Millisecond, 700_000, 4 * 5000},    // 17,500: 3.5
-		{time.Millisecond, 100_000, 5000},             // 125: one poll's worth at least
-		{time.Second, 1_000_000, OverlapPolls * 5000}, // capped
-		{80 * time.Millisecond, 200_000, 4 * 5000},    // exactly 20,000: 4
+		{0, OverlapPolls * 5000},         // nothing measured yet
+		{25_000, 7 * 5000},               // 31,250 with the margin: 6.25 polls' worth
+		{14_000, 4 * 5000},               // 17,500: 3.5
+		{100, 5000},                      // 125: one poll's worth at least
+		{1_000_000, OverlapPolls * 5000}, // capped
+		{16_000, 4 * 5000},               // exactly 20,000: 4
 	} {
-		p := &Processor{ovEnd: c.end, ovRate: c.rate}
+		p := &Processor{ovFits: c.fits}
 		p.cfg.MaxPollRecords = 5000
 		if got := p.overlapTake(); got != c.want {
-			t.Errorf("End %v at %.0f records/s: take %d, want %d", c.end, c.rate, got, c.want)
+			t.Errorf("%.0f records handled in an End: take %d, want %d", c.fits, got, c.want)
 		}
 	}
 }

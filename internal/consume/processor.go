@@ -117,10 +117,10 @@ type Processor struct {
 	lastPurge  time.Time // of repartition topics (Run's goroutine)
 	purgeEvery time.Duration
 	lastAllow  time.Time // when the loop last let a rebalance run (Run's goroutine)
-	// The last overlapped commit's End and how fast the workers handled
-	// its records (overlapTake; Run's goroutine).
-	ovEnd  time.Duration
-	ovRate float64 // records per second
+	// ovFits is how many records the workers handle in the time of an
+	// End, as the last overlapped commit measured it (0: not measured;
+	// overlapTake; Run's goroutine).
+	ovFits float64
 }
 
 // ruleMetrics are the per-rule series (label values pre-created at New).
@@ -1243,9 +1243,9 @@ func (p *Processor) endBatch(ctx context.Context, commit bool, rewind []pkey, ov
 		p.drain()
 		handled := p.now().Sub(t0)
 		<-done
-		p.ovEnd, p.ovRate = 0, 0
+		p.ovFits = 0
 		if end := ended.Sub(t0); handled > 0 && end > 0 {
-			p.ovEnd, p.ovRate = end, float64(pre.NumRecords())/handled.Seconds()
+			p.ovFits = float64(pre.NumRecords()) * end.Seconds() / handled.Seconds()
 		}
 		if p.onOverlap != nil {
 			p.onOverlap(pre.NumRecords(), committed && err == nil)
@@ -1427,19 +1427,18 @@ func firstOffsets(fs kgo.Fetches) map[pkey]kgo.EpochOffset {
 const OverlapPolls = 8
 
 // overlapTake is how many fetched records an overlapped commit takes:
-// about what the workers handle while End runs, from the last overlapped
-// commit's End and handling rate, in whole polls' worth, at least one and
-// at most OverlapPolls (the first time, and when the last one measured
-// nothing). Taking more than End lasts would leave the loop waiting for
+// about what the workers handle while End runs (ovFits, from the last
+// overlapped commit's End and handling rate), in whole polls' worth, at
+// least one and at most OverlapPolls (the first time, and when the last
+// one measured nothing). Taking more than End lasts would leave the loop waiting for
 // the workers' slowest partition after End returned, with cores idle.
 // It changes only where batches end, never an output (rule 13).
 func (p *Processor) overlapTake() int {
 	m := p.cfg.MaxPollRecords
-	if p.ovRate <= 0 {
+	if p.ovFits <= 0 {
 		return OverlapPolls * m
 	}
-	want := 1.25 * p.ovEnd.Seconds() * p.ovRate // a margin: End's length varies
-	k := int(math.Ceil(want / float64(m)))
+	k := int(math.Ceil(1.25 * p.ovFits / float64(m))) // a margin: End's length varies
 	return min(max(k, 1), OverlapPolls) * m
 }
 
