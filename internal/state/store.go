@@ -34,6 +34,17 @@ const FormatVersion = 1
 // The store mirrors the committed changelog: an entry exists exactly when the
 // changelog's latest committed record for that key (in that partition) is
 // not a tombstone.
+//
+// The store has no write-ahead log (Pebble's DisableWAL, as Kafka Streams
+// runs RocksDB under its stores): the changelog is the durable log, and the
+// store only saves a restart from reading all of it. A commit goes to the
+// memtable alone; a crash loses the batches since the last memtable flush,
+// which leaves an older state and checkpoint of one consistent prefix of
+// batches (a batch never spans two memtables, and memtables flush in
+// order), and Restore brings it forward from the changelog, as after a
+// crash that lost a WAL tail. Close flushes, so a clean stop keeps
+// everything; so do the rare writes that must survive a crash (format
+// version, owner, drops: durable).
 var versionKey = []byte("v")
 
 var ownerKey = []byte("o")
@@ -124,7 +135,7 @@ func (s *Store) open() (*pebble.DB, error) {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, keepError{fmt.Errorf("create dir: %w", err)}
 	}
-	db, err := pebble.Open(s.dir, &pebble.Options{Logger: quietLogger{s.logger}, MemTableSize: memTableSize})
+	db, err := pebble.Open(s.dir, &pebble.Options{Logger: quietLogger{s.logger}, MemTableSize: memTableSize, DisableWAL: true})
 	if err != nil {
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) || strings.Contains(err.Error(), "lock held") {
 			return nil, keepError{fmt.Errorf("locked by another process (two replicas with the same state_dir?): %w", err)}
@@ -137,7 +148,7 @@ func (s *Store) open() (*pebble.DB, error) {
 	v, closer, err := db.Get(versionKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		if err := db.Set(versionKey, []byte{FormatVersion}, pebble.Sync); err != nil {
+		if err := durable(db, func() error { return db.Set(versionKey, []byte{FormatVersion}, pebble.NoSync) }); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("write format version: %w", err)
 		}
@@ -163,8 +174,15 @@ func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	// Without a WAL the memtables hold what the last commits wrote: flush
+	// them, so that a clean stop needs no restore. A failed flush only costs
+	// the next start a longer restore.
+	ferr := s.db.Flush()
 	err := s.db.Close()
 	s.db = nil
+	if ferr != nil && err == nil {
+		err = fmt.Errorf("flush: %w", ferr)
+	}
 	if err != nil {
 		return fmt.Errorf("state: close: %w", err)
 	}
@@ -248,12 +266,12 @@ func (s *Store) Claim(owner string) (dropped bool, err error) {
 		}
 		s.logger.Warn("state: the local store mirrors another changelog; dropping it for a full restore from this one",
 			"dir", s.dir, "store_changelog", prev, "changelog", owner)
-		if err := s.db.DeleteRange([]byte("p"), []byte("q"), pebble.Sync); err != nil {
+		if err := durable(s.db, func() error { return s.db.DeleteRange([]byte("p"), []byte("q"), pebble.NoSync) }); err != nil {
 			return false, fmt.Errorf("state: drop the state of %s: %w", prev, err)
 		}
 		dropped = true
 	}
-	if err := s.db.Set(ownerKey, []byte(owner), pebble.Sync); err != nil {
+	if err := durable(s.db, func() error { return s.db.Set(ownerKey, []byte(owner), pebble.NoSync) }); err != nil {
 		return dropped, fmt.Errorf("state: write owner: %w", err)
 	}
 	return dropped, nil
@@ -262,8 +280,21 @@ func (s *Store) Claim(owner string) (dropped bool, err error) {
 // Drop deletes all of partition p's state and its checkpoint.
 func (s *Store) Drop(p int32) error {
 	prefix := partitionPrefix(p)
-	if err := s.db.DeleteRange(prefix, prefixEnd(prefix), pebble.Sync); err != nil {
+	if err := durable(s.db, func() error { return s.db.DeleteRange(prefix, prefixEnd(prefix), pebble.NoSync) }); err != nil {
 		return fmt.Errorf("state: partition %d: drop: %w", p, err)
+	}
+	return nil
+}
+
+// durable runs write, then flushes db's memtables to a table (Pebble syncs
+// the table and its manifest), so that what write did survives a crash:
+// there is no WAL to sync (the key layout comment).
+func durable(db *pebble.DB, write func() error) error {
+	if err := write(); err != nil {
+		return err
+	}
+	if err := db.Flush(); err != nil {
+		return fmt.Errorf("flush: %w", err)
 	}
 	return nil
 }
@@ -324,9 +355,10 @@ func (b *Batch) SetCheckpoint(p int32, next int64) error {
 // Empty reports whether nothing was staged.
 func (b *Batch) Empty() bool { return b.b.Count() == 0 }
 
-// Commit applies the batch atomically. It does not fsync: a crash may lose
-// the tail of the write-ahead log, which leaves an older but consistent
-// state and checkpoint that restore brings forward from the changelog.
+// Commit applies the batch atomically. It is not durable: a crash may lose
+// the batches since the last memtable flush (there is no WAL), which
+// leaves an older but consistent state and checkpoint that restore brings
+// forward from the changelog.
 func (b *Batch) Commit() error {
 	if err := b.b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("state: commit batch: %w", err)
