@@ -1051,6 +1051,12 @@ func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
 	}
 	pt.env = pipeline.EnvOf(&ev)  // the filters' view of the record, built once for every rule
 	rkey, refs := pt.refsFor(&ev) // one key lookup for the aggregating rules
+	for _, kp := range pt.ks {
+		// The dedup stores' index slots start loading while the rules
+		// before their first member run.
+		m := pt.rs[kp.t.group.Members[0]]
+		m.win.PrefetchDedup(m.t.stage.KeyOf(&ev), ev.EventID)
+	}
 	for _, rp := range pt.rs {
 		t := rp.t
 		if refs != nil && rp.aggIdx >= 0 {

@@ -35,9 +35,12 @@ func NewBucketed(horizonMs, bucketMs int64) (*Set, error) {
 }
 
 // BucketOf returns the bucket of ts.
-func (s *Set) BucketOf(ts int64) int64 {
-	b := ts / s.st.bucketMs
-	if ts%s.st.bucketMs < 0 {
+func (s *Set) BucketOf(ts int64) int64 { return s.st.bucketOf(ts) }
+
+// bucketOf is BucketOf (bucketMs > 0).
+func (st *store) bucketOf(ts int64) int64 {
+	b := ts / st.bucketMs
+	if ts%st.bucketMs < 0 {
 		b--
 	}
 	return b

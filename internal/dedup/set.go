@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // NoWatermark is the watermark of a new Set: minus infinity, nothing
@@ -74,6 +75,17 @@ type store struct {
 	// pair one after the other.
 	last lastFirst
 	cur  curPair
+	// pre is the pair of the latest Prefetch: its key state and pairHash,
+	// for the Seen that follows.
+	pre prePair
+}
+
+// prePair is a Prefetch's (key, event_id), key state and pairHash.
+// Invalidated when the key state is deleted.
+type prePair struct {
+	key, id string
+	ks      *keyState
+	h       uint64
 }
 
 // curPair is the (key, event_id) of the latest Seen that remembered it,
@@ -219,6 +231,8 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 			return dup
 		}
 		ks, h = c.ks, c.h
+	} else if p := &st.pre; p.ks != nil && p.key == key && p.id == eventID {
+		ks, h = p.ks, p.h
 	} else if ks = st.keys[key]; ks != nil {
 		h = st.pairHash(ks, eventID)
 	}
@@ -257,6 +271,26 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		st.reschedule(ks)
 	}
 	return false
+}
+
+// Prefetch prepares a Seen(key, eventID, ...) of any view of s's store
+// that comes soon after (the next Seen of a view, before other Prefetches):
+// it looks the key up and hashes the pair once for it, and starts loading
+// the index slot Seen probes first without waiting for it. That slot is a
+// random one among all the ids the store holds, usually not in the CPU's
+// caches; work done between Prefetch and Seen (other rules, for a record
+// that several rules read) hides the wait. It changes no verdict, and a
+// Seen of another pair ignores it.
+func (s *Set) Prefetch(key, eventID string) {
+	st := s.st
+	ks := st.keys[key]
+	if ks == nil || len(st.idx.slots) == 0 {
+		st.pre = prePair{} // a new key: Seen's lookup misses without the index
+		return
+	}
+	h := st.pairHash(ks, eventID)
+	st.pre = prePair{key: key, id: eventID, ks: ks, h: h}
+	prefetch(unsafe.Pointer(&st.idx.slots[slotKey(h)&uint64(len(st.idx.slots)-1)]))
 }
 
 // seenAgain is Seen for the pair of the latest Seen, c, in its most
@@ -536,17 +570,39 @@ func (st *store) unmark(ks *keyState, i int, v *Set) bool {
 func (st *store) prune(ks *keyState) {
 	thr := subSat(st.wm, st.h)
 	k := ks.head
+	// Every view marks ks, and each bucket of its expired entries, once;
+	// the entries are sorted by ts, so those of one bucket are adjacent,
+	// and most of them have the mask of the entry before.
+	var (
+		bucket  int64
+		marked  uint64 // the views that marked the current bucket
+		runMask uint64 // the mask of the current run of entries ...
+		run     int    // ... and its length
+	)
 	for k < len(ks.byTS) && ks.byTS[k].ts < thr {
-		e := ks.byTS[k]
-		st.expireIndex(ks, e)
-		for m := e.mask; m != 0; m &= m - 1 {
-			v := st.views[bits.TrailingZeros64(m)]
-			v.nIDs--
-			v.markDirty(ks)
-			v.markBucket(ks, e.ts)
+		e := &ks.byTS[k]
+		st.expireIndex(ks, *e)
+		if st.bucketMs > 0 {
+			if b := st.bucketOf(e.ts); k == ks.head || b != bucket {
+				bucket, marked = b, 0
+			}
 		}
+		if fresh := e.mask &^ marked; fresh != 0 {
+			for m := fresh; m != 0; m &= m - 1 {
+				v := st.views[bits.TrailingZeros64(m)]
+				v.markDirty(ks)
+				v.markBucket(ks, e.ts)
+			}
+			marked |= fresh
+		}
+		if e.mask != runMask {
+			st.forgot(runMask, run)
+			runMask, run = e.mask, 0
+		}
+		run++
 		k++
 	}
+	st.forgot(runMask, run)
 	if k > ks.head {
 		clear(ks.byTS[ks.head:k])
 		ks.head = k
@@ -557,6 +613,13 @@ func (st *store) prune(ks *keyState) {
 	}
 	ks.shrink()
 	st.reschedule(ks)
+}
+
+// forgot counts n ids forgotten by each view of mask.
+func (st *store) forgot(mask uint64, n int) {
+	for m := mask; m != 0; m &= m - 1 {
+		st.views[bits.TrailingZeros64(m)].nIDs -= n
+	}
 }
 
 // deadline returns the smallest wm at which ks's oldest entry expires, or
@@ -591,7 +654,7 @@ func (st *store) reschedule(ks *keyState) {
 
 // deleteKey removes ks, which holds no entries, from the store.
 func (st *store) deleteKey(ks *keyState) {
-	st.last, st.cur = lastFirst{}, curPair{}
+	st.last, st.cur, st.pre = lastFirst{}, curPair{}, prePair{}
 	delete(st.keys, ks.key)
 	ks.deleted, ks.scheduled = true, false
 }

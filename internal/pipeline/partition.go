@@ -511,10 +511,13 @@ func (w *Partition) LoadExtra(data []byte) error {
 // applyAgg runs steps 2 to 7 of an aggregating rule: filter, deduplicate,
 // lateness, apply, watermark, close.
 func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies bool) (window.Outcome, int64, int64, []aggwindow.Revision) {
-	e := aggwindow.Event{
-		Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
-		Partition: in.Partition, Offset: in.Offset,
-	}
+	// Field by field, not a composite literal: the compiler builds a
+	// literal in a temporary and copies it over in 16-byte moves that
+	// read its 8-byte stores back before they are done (a store-forwarding
+	// stall, 2 % of a 10-rule processor's CPU).
+	var e aggwindow.Event
+	e.Key, e.EventID, e.SensorID, e.TS, e.Value = key, ev.EventID, ev.SensorID, ev.TS, ev.Value
+	e.Partition, e.Offset = in.Partition, in.Offset
 	if w.ref != nil && w.refKey == key {
 		e.Ref = w.ref
 	}
@@ -532,6 +535,17 @@ func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies b
 		out = window.TooLate
 	}
 	return out, res.Watermark, res.LatenessMs, res.Revisions
+}
+
+// PrefetchDedup prepares the dedup lookup of an event of key with eventID
+// (dedup.Set.Prefetch) in the rule's dedup store, which the aggregating
+// rules of a partition share: called once per record before its rules
+// run, it lets the rules before the first aggregating one hide the wait
+// for the store's index. A sliding rule has nothing to prepare.
+func (w *Partition) PrefetchDedup(key, eventID string) {
+	if w.dd != nil {
+		w.dd.Prefetch(key, eventID)
+	}
 }
 
 // Aggregating reports whether the rule's windows are aggregating ones

@@ -87,6 +87,7 @@ func BenchmarkRuleStages(b *testing.B) {
 				}
 			}
 			fresh()
+			groups := DedupGroups(stages) // as consume: one prefetch per shared dedup store
 			for j := range accts {
 				accts[j].Version = 1
 			}
@@ -110,6 +111,10 @@ func BenchmarkRuleStages(b *testing.B) {
 					continue
 				}
 				env := EnvOf(&ev) // once per record, as consume does
+				for _, g := range groups {
+					m := parts[g.Members[0]]
+					m.PrefetchDedup(stages[g.Members[0]].KeyOf(&ev), ev.EventID)
+				}
 				for j, s := range stages {
 					s.ApplyEnv(parts[j], &ev, &env, &in, &accts[j], emit)
 				}

@@ -283,10 +283,11 @@ func (s *Stage) ApplyEnv(w *Partition, ev *event.Event, env *rules.Event, in *In
 		aggRevs    []aggwindow.Revision
 	)
 	if w.slide != nil {
-		res := w.slide.Process(window.Event{
-			Key: key, EventID: ev.EventID, SensorID: ev.SensorID, TS: ev.TS, Value: ev.Value,
-			Partition: in.Partition, Offset: in.Offset,
-		}, qualifies)
+		var e window.Event // field by field: see applyAgg (and ProcessTo)
+		e.Key, e.EventID, e.SensorID, e.TS, e.Value = key, ev.EventID, ev.SensorID, ev.TS, ev.Value
+		e.Partition, e.Offset = in.Partition, in.Offset
+		var res window.Result
+		w.slide.ProcessTo(&res, &e, qualifies)
 		outcome, watermark, latenessMs, slideRevs = res.Outcome, res.Watermark, res.LatenessMs, res.Revisions
 	} else {
 		outcome, watermark, latenessMs, aggRevs = w.applyAgg(key, ev, in, qualifies)

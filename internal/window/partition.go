@@ -87,15 +87,27 @@ func (p *Partition) Watermark() int64 { return p.wm }
 // computed by the caller. Step 6 (the watermark advance) and step 7 (closing)
 // run for every record, whatever its outcome.
 func (p *Partition) Process(ev Event, qualifies bool) Result {
+	var res Result
+	p.ProcessTo(&res, &ev, qualifies)
+	return res
+}
+
+// ProcessTo is Process writing the result to *res (which it overwrites)
+// and reading the event through a pointer, which it does not keep: for the
+// caller that processes every record (package pipeline). Passing an Event
+// or returning a Result by value copies it in 16-byte moves that read back
+// the 8-byte stores of its fields before they are done, a store-forwarding
+// stall per record (as in package aggwindow).
+func (p *Partition) ProcessTo(res *Result, ev *Event, qualifies bool) {
 	w := p.wm
-	res := Result{Watermark: w}
+	*res = Result{Watermark: w}
 	if ev.TS < w {
 		res.LatenessMs = subSat(w, ev.TS)
 	}
 	if !qualifies { // step 2
 		res.Outcome = Filtered
 	} else {
-		res.Outcome, res.Revisions = p.qualifying(&ev, w)
+		res.Outcome, res.Revisions = p.qualifying(ev, w)
 	}
 	// Step 6: W = max(W, ts - D).
 	if nw := subSat(ev.TS, p.delayMs); nw > p.wm && !p.hold {
@@ -106,7 +118,6 @@ func (p *Partition) Process(ev Event, qualifies bool) Result {
 	if len(p.open) > 0 {
 		res.Revisions = p.closeDue(res.Revisions)
 	}
-	return res
 }
 
 // qualifying runs steps 3 to 5 for a qualifying event; w is W before it.
