@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// func prefetch(p unsafe.Pointer)
+// func prefetch(p *idxSlot)
 TEXT ·prefetch(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ	p+0(FP), AX
 	PREFETCHT0	(AX)

@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// func prefetch(p unsafe.Pointer)
+// func prefetch(p *idxSlot)
 TEXT ·prefetch(SB), NOSPLIT|NOFRAME, $0-8
 	MOVD	p+0(FP), R0
 	PRFM	(R0), PLDL1KEEP

@@ -2,11 +2,9 @@
 
 package dedup
 
-import "unsafe"
-
-// prefetch asks the CPU to start loading the cache line at p without
+// prefetch asks the CPU to start loading the cache line of p without
 // waiting for it (a prefetch instruction: it never faults and changes no
 // state a program can observe).
 //
 //go:noescape
-func prefetch(p unsafe.Pointer)
+func prefetch(p *idxSlot)

@@ -2,7 +2,5 @@
 
 package dedup
 
-import "unsafe"
-
 // prefetch does nothing on architectures without an assembly prefetch here.
-func prefetch(unsafe.Pointer) {}
+func prefetch(*idxSlot) {}

@@ -8,7 +8,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-	"unsafe"
 )
 
 // NoWatermark is the watermark of a new Set: minus infinity, nothing
@@ -290,7 +289,7 @@ func (s *Set) Prefetch(key, eventID string) {
 	}
 	h := st.pairHash(ks, eventID)
 	st.pre = prePair{key: key, id: eventID, ks: ks, h: h}
-	prefetch(unsafe.Pointer(&st.idx.slots[slotKey(h)&uint64(len(st.idx.slots)-1)]))
+	prefetch(&st.idx.slots[slotKey(h)&uint64(len(st.idx.slots)-1)])
 }
 
 // seenAgain is Seen for the pair of the latest Seen, c, in its most
