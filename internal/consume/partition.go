@@ -16,7 +16,6 @@ import (
 	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/pipeline"
-	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/state"
 	"github.com/vibeline/processor/internal/window"
 )
@@ -107,11 +106,8 @@ type part struct {
 	nAgg    int
 	aggRule int // index in rs of the first aggregating rule
 
-	// env is the filters' view of the record being handled (handle), kept
-	// here rather than on the stack: the rules' filters take it by
-	// pointer into code escape analysis cannot follow, which would
-	// allocate it once per record.
-	env rules.Event
+	// chunk is handleRecords' scratch space.
+	chunk chunk
 }
 
 // stagedState is what Processor.settle takes of a partition for the
@@ -141,6 +137,7 @@ type rulePart struct {
 	win    *pipeline.Partition
 	kp     *pipeline.DedupKeeper
 	aggIdx int   // its KeyRef in part.refs' slices (-1: not an aggregating rule)
+	ddIdx  int   // the index in part.ks of the keeper of its dedup store (-1: none)
 	target int64 // committed changelog position (next offset)
 	acct   pipeline.Accounting
 	hashOK bool // the committed state carries the rule's hash
@@ -387,6 +384,14 @@ func loadPart(src *source, k pkey) (*part, error) {
 			return nil, err
 		}
 		pt.ks = append(pt.ks, rp)
+	}
+	for _, rp := range pt.rs {
+		rp.ddIdx = -1
+	}
+	for g, kp := range pt.ks {
+		for _, m := range kp.t.group.Members {
+			pt.rs[m].ddIdx = g
+		}
 	}
 	return pt, nil
 }

@@ -930,9 +930,7 @@ func (p *Processor) processFetches(ctx, octx context.Context, fetches kgo.Fetche
 		p.dispatch(w.pt, func() {
 			w.pt.holding = hold
 			w.pt.endOffset = w.fp.LastStableOffset
-			for _, r := range w.fp.Records {
-				p.handle(octx, w.pt, r)
-			}
+			p.handleRecords(octx, w.pt, w.fp.Records)
 			w.pt.lastRecord = w.fp.Records[len(w.fp.Records)-1].Timestamp
 			if p.afterJob != nil {
 				p.afterJob(len(w.fp.Records))
@@ -997,101 +995,6 @@ func (p *Processor) parallel(n int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
-}
-
-// handle runs one input record through every rule that reads its topic
-// and produces their outputs into the open batch: the record is decoded and
-// validated once; a record that fails is dead-lettered once per distinct
-// dead-letter topic (each letter naming the rules it is the letter of) and
-// counted by every rule; a valid one is applied to
-// each rule's state, and forwarded to the repartition topic of each
-// repartitioned rule of the topic.
-func (p *Processor) handle(ctx context.Context, pt *part, r *kgo.Record) {
-	in := pipeline.Input{
-		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
-		Key: r.Key, Value: r.Value, TimestampMs: r.Timestamp.UnixMilli(),
-	}
-	if len(r.Headers) > 0 {
-		in.Headers = make([]pipeline.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			in.Headers[i] = pipeline.Header{Key: h.Key, Value: h.Value}
-		}
-	}
-	src := pt.src
-	if src.markers && pipeline.IsMarker(&in) {
-		for _, rp := range pt.rs {
-			t := rp.t
-			err := t.stage.Marker(rp.win, in, &rp.batchAcct, func(o pipeline.Output) {
-				pt.stats.alerts[o.Status]++
-				pt.stats.vals = append(pt.stats.vals, displayValue(o))
-				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
-				p.emit(ctx, pt, outRecord(t.alerts, o))
-			})
-			if err != nil {
-				p.log.Warn("consume: bad watermark marker skipped", "err", err)
-			}
-		}
-		return
-	}
-	pt.fwd.next = r.Offset + 1
-	ev, verr := src.check.Check(&in)
-	if verr != nil {
-		for _, rp := range pt.rs {
-			rp.batchAcct.Records++
-			rp.batchAcct.NextOffset = in.Offset + 1
-			rp.batchAcct.DeadLettered++
-		}
-		pt.stats.dlq[string(verr.Reason)]++
-		for i, topic := range src.dlqs {
-			// One letter per dead-letter topic, naming the rules it is
-			// the letter of (pipeline.HeaderDeadLetterRules).
-			p.emit(ctx, pt, outRecord(topic, pipeline.DeadLetterOutput(in, verr, src.dlqRules[i])))
-		}
-		return
-	}
-	pt.env = pipeline.EnvOf(&ev)  // the filters' view of the record, built once for every rule
-	rkey, refs := pt.refsFor(&ev) // one key lookup for the aggregating rules
-	for _, kp := range pt.ks {
-		// The dedup stores' index slots start loading while the rules
-		// before their first member run.
-		m := pt.rs[kp.t.group.Members[0]]
-		m.win.PrefetchDedup(m.t.stage.KeyOf(&ev), ev.EventID)
-	}
-	for _, rp := range pt.rs {
-		t := rp.t
-		if refs != nil && rp.aggIdx >= 0 {
-			rp.win.UseKeyRef(rkey, &refs[rp.aggIdx])
-		}
-		t.stage.ApplyEnv(rp.win, &ev, &pt.env, &in, &rp.batchAcct, func(o pipeline.Output) {
-			var topic string
-			switch o.Kind {
-			case pipeline.Alert:
-				topic = t.alerts
-				pt.stats.alerts[o.Status]++
-				pt.stats.vals = append(pt.stats.vals, displayValue(o))
-				pt.stats.ts = append(pt.stats.ts, r.Timestamp)
-			case pipeline.DeadLetter:
-				topic = t.dlq
-				pt.stats.dlq[o.Reason]++
-			case pipeline.TooLate:
-				topic = t.late
-			}
-			p.emit(ctx, pt, outRecord(topic, o))
-		})
-	}
-	if len(src.forwards) > 0 {
-		pt.fwd.max = max(pt.fwd.max, ev.TS)
-		pt.fwd.active = p.now()
-	}
-	for _, t := range src.forwards {
-		p.emit(ctx, pt, &kgo.Record{
-			Topic: t.input, Key: []byte(t.stage.KeyOf(&ev)), Value: r.Value, Timestamp: r.Timestamp,
-			Headers: append(slices.Clip(r.Headers),
-				kgo.RecordHeader{Key: pipeline.HeaderSourceTopic, Value: []byte(r.Topic)},
-				kgo.RecordHeader{Key: pipeline.HeaderSourcePartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
-				kgo.RecordHeader{Key: pipeline.HeaderSourceOffset, Value: strconv.AppendInt(nil, r.Offset, 10)}),
-		})
-	}
 }
 
 // emit produces an output of pt's record into the open batch, or holds it

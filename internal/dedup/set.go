@@ -220,12 +220,53 @@ func (s *Set) HorizonMs() int64 { return s.st.h }
 // keeps key and eventID without copying them: they must not alias memory
 // that changes later (strings converted from a reused buffer with
 // unsafe.String, for example). Decoded events own their strings.
-func (s *Set) Seen(key, eventID string, ts int64) bool {
+func (s *Set) Seen(key, eventID string, ts int64) bool { return s.seen(&s.st.cur, key, eventID, ts) }
+
+// Pair is a caller's cache of the lookup of one (key, event_id) in a
+// store, for the views of the store that ask for the pair one after the
+// other but not in a row: a caller that takes a chunk of records through
+// one rule after the other (package consume) keeps one Pair per record
+// and store and passes it to every view's SeenPair for that record, so
+// the record costs one lookup for all of them, as Seen's own cache of the
+// latest pair gives views that ask in a row. The zero Pair is empty. A
+// Pair is only a cache: whatever it holds (another record's pair, a pair
+// whose key has since been deleted), the verdicts are Seen's.
+type Pair struct{ c curPair }
+
+// SeenPair is Seen, with p as the cache of the pair's lookup: it uses what
+// an earlier SeenPair or PreparePair of any view of the store left in p
+// for (key, eventID), and leaves there what it found.
+func (s *Set) SeenPair(p *Pair, key, eventID string, ts int64) bool {
+	return s.seen(&p.c, key, eventID, ts)
+}
+
+// PreparePair prepares the SeenPairs of (key, eventID) with p, as
+// Prefetch does for a Seen: it looks the key up and hashes the pair once
+// for all of them, into p, and starts loading the index slot that the
+// first of them probes. A caller that prepares the pairs of a chunk of
+// records before its rules run has their slots loaded in parallel.
+func (s *Set) PreparePair(p *Pair, key, eventID string) {
+	st := s.st
+	ks := st.keys[key]
+	if ks == nil || len(st.idx.slots) == 0 {
+		p.c = curPair{} // a new key: Seen's lookup misses without the index
+		return
+	}
+	h := st.pairHash(ks, eventID)
+	p.c = curPair{key: key, id: eventID, ks: ks, h: h, i: -1}
+	prefetch(&st.idx.slots[slotKey(h)&uint64(len(st.idx.slots)-1)])
+}
+
+// seen is Seen with c as the cache of the pair's lookup: the store's
+// (st.cur, the latest pair a view remembered) or a caller's (Pair). A
+// caller's may hold a key state deleted since (deleteKey clears only
+// st.cur), which is not used.
+func (s *Set) seen(c *curPair, key, eventID string, ts int64) bool {
 	st := s.st
 	thr := subSat(s.wm, st.h)
 	var ks *keyState
 	var h uint64
-	if c := &st.cur; c.ks != nil && c.key == key && c.id == eventID {
+	if c.ks != nil && !c.ks.deleted && c.key == key && c.id == eventID {
 		if dup, ok := s.seenAgain(c, ts, thr); ok {
 			return dup
 		}
@@ -260,7 +301,7 @@ func (s *Set) Seen(key, eventID string, ts int64) bool {
 		h = st.pairHash(ks, eventID)
 	}
 	i := st.remember(ks, entry{ts: ts, id: eventID, mask: s.bit}, h)
-	st.cur = curPair{key: key, id: eventID, ks: ks, h: h, i: i}
+	*c = curPair{key: key, id: eventID, ks: ks, h: h, i: i}
 	s.nIDs++
 	s.markDirty(ks)
 	s.markBucket(ks, ts)

@@ -50,6 +50,9 @@ type Partition struct {
 	// state lookup (UseKeyRef).
 	ref    *aggwindow.KeyRef
 	refKey string
+	// pair, if set, is the caller's cache of the dedup lookup of the
+	// record applied (UseDedupPair).
+	pair *dedup.Pair
 
 	// Of a repartitioned rule: what it knows of each source partition and
 	// how many there are (see alignTarget).
@@ -521,7 +524,14 @@ func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies b
 	if w.ref != nil && w.refKey == key {
 		e.Ref = w.ref
 	}
-	dup := qualifies && w.dd.Seen(key, ev.EventID, ev.TS)
+	var dup bool
+	switch {
+	case !qualifies:
+	case w.pair != nil:
+		dup = w.dd.SeenPair(w.pair, key, ev.EventID, ev.TS)
+	default:
+		dup = w.dd.Seen(key, ev.EventID, ev.TS)
+	}
 	var res aggwindow.Result
 	w.agg.ProcessTo(&res, &e, qualifies && !dup) // not Process: see ProcessTo
 	w.dd.Advance(w.agg.Watermark())
@@ -547,6 +557,24 @@ func (w *Partition) PrefetchDedup(key, eventID string) {
 		w.dd.Prefetch(key, eventID)
 	}
 }
+
+// PrepareDedupPair prepares p for the dedup lookups of an event of key
+// with eventID by the rules that share this rule's dedup store
+// (dedup.Set.PreparePair; UseDedupPair). A sliding rule has nothing to
+// prepare.
+func (w *Partition) PrepareDedupPair(p *dedup.Pair, key, eventID string) {
+	if w.dd != nil {
+		w.dd.PreparePair(p, key, eventID)
+	}
+}
+
+// UseDedupPair makes the records applied next use p as the cached dedup
+// lookup of their (key, event_id) (dedup.Set.SeenPair), until it is
+// called again: a caller that takes a chunk of records through one rule
+// after the other keeps one Pair per record and shared dedup store, and
+// sets it before each record of each rule of that store. It changes no
+// result.
+func (w *Partition) UseDedupPair(p *dedup.Pair) { w.pair = p }
 
 // Aggregating reports whether the rule's windows are aggregating ones
 // (tumbling, hopping, session), whose key lookups UseKeyRef can share.

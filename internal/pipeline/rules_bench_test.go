@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/vibeline/processor/internal/dedup"
 	"github.com/vibeline/processor/internal/event"
 	"github.com/vibeline/processor/internal/rules"
 	"github.com/vibeline/processor/internal/sim"
@@ -48,14 +49,18 @@ func benchInputs() []Input {
 }
 
 // BenchmarkRuleStages is the per-record CPU cost of n rules over one topic,
-// as consume.(*Processor).handle spends it: each record is decoded and
-// validated once (Stage.Check of the topic's first rule), then applied to
-// every rule's state (Stage.Apply); a record that fails validation is
-// counted by every rule and dead-lettered once. Emitting an output only
-// counts it here (no Kafka record is built). check_only is Check alone:
-// rules_n ≈ check_only + the sum of the rules' Apply. One op is one record;
-// rules_10 reports x_1_rule, its ns/record over rules_1's of the same
-// invocation.
+// as consume.(*Processor).handleRecords spends it: records go through the
+// rules in chunks of stageChunk, each record decoded and validated once
+// (Stage.Check of the topic's first rule), then the chunk applied to
+// every rule's state (Stage.Apply), rule after rule; a record that fails
+// validation is counted by every rule and dead-lettered once. Emitting an
+// output only counts it here (no Kafka record is built). check_only is
+// Check alone: rules_n ≈ check_only + the sum of the rules' Apply. One op
+// is one record; rules_10 reports x_1_rule, its ns/record over rules_1's
+// of the same invocation. rules_10_record_major is the loop consume ran
+// before (docs/BENCHMARKS.md, thirteenth round): each record through
+// every rule before the next, with the prefetch of the shared dedup
+// stores' slots.
 //
 //	go test -run x -bench BenchmarkRuleStages -count 3 ./internal/pipeline/
 func BenchmarkRuleStages(b *testing.B) {
@@ -74,8 +79,8 @@ func BenchmarkRuleStages(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/record")
 	})
-	for _, n := range []int{1, 10} {
-		b.Run(fmt.Sprintf("rules_%d", n), func(b *testing.B) {
+	run := func(name string, n int, recordMajor bool) {
+		b.Run(name, func(b *testing.B) {
 			stages := all[:n]
 			check := stages[0]
 			parts := make([]*Partition, n)
@@ -87,49 +92,100 @@ func BenchmarkRuleStages(b *testing.B) {
 				}
 			}
 			fresh()
-			groups := DedupGroups(stages) // as consume: one prefetch per shared dedup store
+			groups := DedupGroups(stages)
 			for j := range accts {
 				accts[j].Version = 1
 			}
 			outputs := 0
 			emit := func(Output) { outputs++ }
+			chunk := stageChunk
+			if recordMajor {
+				chunk = 1
+			}
+			ins := make([]Input, chunk)
+			evs := make([]event.Event, chunk)
+			envs := make([]rules.Event, chunk)
+			// As consume: one dedup.Pair per record and shared store.
+			pairs := make([]dedup.Pair, chunk*len(groups))
+			ddIdx := make([]int, n)
+			for j := range ddIdx {
+				ddIdx[j] = -1
+			}
+			for g, gr := range groups {
+				for _, j := range gr.Members {
+					ddIdx[j] = g
+				}
+			}
+			apply := func(m int) {
+				for j, s := range stages {
+					for q := range m {
+						if g := ddIdx[j]; g >= 0 && !recordMajor {
+							parts[j].UseDedupPair(&pairs[q*len(groups)+g])
+						}
+						s.ApplyEnv(parts[j], &evs[q], &envs[q], &ins[q], &accts[j], emit)
+					}
+				}
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if i%len(recs) == 0 && i > 0 {
-					fresh() // the stream restarts in event time
-				}
-				in := recs[i%len(recs)]
-				ev, verr := check.Check(&in)
-				if verr != nil {
-					for j := range accts {
-						accts[j].Records++
-						accts[j].NextOffset = in.Offset + 1
-						accts[j].DeadLettered++
+			for i := 0; i < b.N; i += chunk {
+				m := 0 // valid records of the chunk
+				for k := 0; k < chunk && i+k < b.N; k++ {
+					if (i+k)%len(recs) == 0 && i+k > 0 {
+						// The stream restarts in event time: the rules
+						// take what they have, then start afresh.
+						apply(m)
+						m = 0
+						fresh()
 					}
-					emit(check.DeadLetter(in, verr))
-					continue
+					ins[m] = recs[(i+k)%len(recs)]
+					ev, verr := check.Check(&ins[m])
+					if verr != nil {
+						for j := range accts {
+							accts[j].Records++
+							accts[j].NextOffset = ins[m].Offset + 1
+							accts[j].DeadLettered++
+						}
+						emit(check.DeadLetter(ins[m], verr))
+						continue
+					}
+					evs[m] = ev
+					envs[m] = EnvOf(&evs[m]) // once per record, as consume does
+					if !recordMajor {
+						for g, gr := range groups {
+							j := gr.Members[0]
+							parts[j].PrepareDedupPair(&pairs[m*len(groups)+g], stages[j].KeyOf(&evs[m]), evs[m].EventID)
+						}
+					}
+					m++
 				}
-				env := EnvOf(&ev) // once per record, as consume does
-				for _, g := range groups {
-					m := parts[g.Members[0]]
-					m.PrefetchDedup(stages[g.Members[0]].KeyOf(&ev), ev.EventID)
+				if recordMajor && m == 1 {
+					for _, g := range groups {
+						p := parts[g.Members[0]]
+						p.PrefetchDedup(stages[g.Members[0]].KeyOf(&evs[0]), evs[0].EventID)
+					}
 				}
-				for j, s := range stages {
-					s.ApplyEnv(parts[j], &ev, &env, &in, &accts[j], emit)
-				}
+				apply(m)
 			}
 			nsPer := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			b.ReportMetric(nsPer, "ns/record")
 			b.ReportMetric(float64(outputs)/float64(b.N), "outputs/record")
-			if n == 1 {
+			if name == "rules_1" {
 				base = nsPer
-			} else if base > 0 {
+			} else if n > 1 && base > 0 {
 				b.ReportMetric(nsPer/base, "x_1_rule")
 			}
 		})
 	}
+	run("rules_1", 1, false)
+	run("rules_10", 10, false)
+	run("rules_1_record_major", 1, true)
+	run("rules_10_record_major", 10, true)
 }
+
+// stageChunk is consume's chunkRecords (handle.go), which this package
+// cannot import.
+const stageChunk = 256
 
 // BenchmarkRuleApply is Stage.Apply of each rule of the 10-rule mix alone,
 // on events decoded before the timer starts: where the rules' share of
