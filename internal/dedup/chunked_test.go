@@ -147,21 +147,6 @@ func sharedViewsInChunks(t *testing.T, hashMask uint64) {
 							seen = func() bool { return v.SeenPair(p, s.key, s.id, s.ts) }
 						}
 					}
-					if !s.advance {
-						// As consume: a Prefetch before a Seen, of the
-						// record's pair, of a later record's (pipelined) or
-						// of another pair, changes no verdict.
-						switch rng.IntN(5) {
-						case 0, 1:
-							shared[rng.IntN(n)].Prefetch(s.key, s.id)
-						case 2:
-							if l := chunk[j+rng.IntN(len(chunk)-j)]; !l.advance {
-								shared[rng.IntN(n)].Prefetch(l.key, l.id)
-							}
-						case 3:
-							shared[rng.IntN(n)].Prefetch(s.key, s.id+"'")
-						}
-					}
 					got := runStep(i, s, d, seen, v.Advance)
 					if got != want[j][i] {
 						t.Fatalf("seed %d H %d n %d d %d bucket %d chunk [%d,%d) op %d %v view %d (W %d, views' W %v): duplicate %v, own set %v",

@@ -74,17 +74,6 @@ type store struct {
 	// pair one after the other.
 	last lastFirst
 	cur  curPair
-	// pre is the pair of the latest Prefetch: its key state and pairHash,
-	// for the Seen that follows.
-	pre prePair
-}
-
-// prePair is a Prefetch's (key, event_id), key state and pairHash.
-// Invalidated when the key state is deleted.
-type prePair struct {
-	key, id string
-	ks      *keyState
-	h       uint64
 }
 
 // curPair is the (key, event_id) of the latest Seen that remembered it,
@@ -240,11 +229,13 @@ func (s *Set) SeenPair(p *Pair, key, eventID string, ts int64) bool {
 	return s.seen(&p.c, key, eventID, ts)
 }
 
-// PreparePair prepares the SeenPairs of (key, eventID) with p, as
-// Prefetch does for a Seen: it looks the key up and hashes the pair once
-// for all of them, into p, and starts loading the index slot that the
-// first of them probes. A caller that prepares the pairs of a chunk of
-// records before its rules run has their slots loaded in parallel.
+// PreparePair prepares the SeenPairs of (key, eventID) with p: it looks
+// the key up and hashes the pair once for all of them, into p, and starts
+// loading the index slot that the first of them probes, without waiting
+// for it. That slot is a random one among all the ids the store holds,
+// usually not in the CPU's caches: a caller that prepares the pairs of a
+// chunk of records before its rules run has their slots loaded in
+// parallel, while it decodes the next records. It changes no verdict.
 func (s *Set) PreparePair(p *Pair, key, eventID string) {
 	st := s.st
 	ks := st.keys[key]
@@ -271,8 +262,6 @@ func (s *Set) seen(c *curPair, key, eventID string, ts int64) bool {
 			return dup
 		}
 		ks, h = c.ks, c.h
-	} else if p := &st.pre; p.ks != nil && p.key == key && p.id == eventID {
-		ks, h = p.ks, p.h
 	} else if ks = st.keys[key]; ks != nil {
 		h = st.pairHash(ks, eventID)
 	}
@@ -311,26 +300,6 @@ func (s *Set) seen(c *curPair, key, eventID string, ts int64) bool {
 		st.reschedule(ks)
 	}
 	return false
-}
-
-// Prefetch prepares a Seen(key, eventID, ...) of any view of s's store
-// that comes soon after (the next Seen of a view, before other Prefetches):
-// it looks the key up and hashes the pair once for it, and starts loading
-// the index slot Seen probes first without waiting for it. That slot is a
-// random one among all the ids the store holds, usually not in the CPU's
-// caches; work done between Prefetch and Seen (other rules, for a record
-// that several rules read) hides the wait. It changes no verdict, and a
-// Seen of another pair ignores it.
-func (s *Set) Prefetch(key, eventID string) {
-	st := s.st
-	ks := st.keys[key]
-	if ks == nil || len(st.idx.slots) == 0 {
-		st.pre = prePair{} // a new key: Seen's lookup misses without the index
-		return
-	}
-	h := st.pairHash(ks, eventID)
-	st.pre = prePair{key: key, id: eventID, ks: ks, h: h}
-	prefetch(&st.idx.slots[slotKey(h)&uint64(len(st.idx.slots)-1)])
 }
 
 // seenAgain is Seen for the pair of the latest Seen, c, in its most
@@ -694,7 +663,7 @@ func (st *store) reschedule(ks *keyState) {
 
 // deleteKey removes ks, which holds no entries, from the store.
 func (st *store) deleteKey(ks *keyState) {
-	st.last, st.cur, st.pre = lastFirst{}, curPair{}, prePair{}
+	st.last, st.cur = lastFirst{}, curPair{}
 	delete(st.keys, ks.key)
 	ks.deleted, ks.scheduled = true, false
 }

@@ -162,16 +162,21 @@ func sharedViewsAsOwnSets(t *testing.T, hashMask uint64) {
 					own[i].Advance(o.ts)
 				}
 			} else {
-				// As package consume: a Prefetch of the record's pair on
-				// some view before its rules run (or of another pair,
-				// which Seen must ignore) changes no verdict.
+				// As package consume: the record's Pair, prepared by some
+				// view before the rules run (or prepared for another
+				// pair, which SeenPair must ignore), or none, changes no
+				// verdict.
+				var p Pair
+				seen := func(i int) bool { return shared[i].SeenPair(&p, o.key, o.id, o.ts) }
 				switch rng.IntN(4) {
 				case 0, 1:
-					shared[rng.IntN(n)].Prefetch(o.key, o.id)
+					shared[rng.IntN(n)].PreparePair(&p, o.key, o.id)
 				case 2:
-					shared[rng.IntN(n)].Prefetch(o.key, o.id+"'")
+					shared[rng.IntN(n)].PreparePair(&p, o.key, o.id+"'")
+				default:
+					seen = func(i int) bool { return shared[i].Seen(o.key, o.id, o.ts) }
 				}
-				got := record(n, o, d, func(i int) bool { return shared[i].Seen(o.key, o.id, o.ts) }, func(i int, w int64) { shared[i].Advance(w) })
+				got := record(n, o, d, seen, func(i int, w int64) { shared[i].Advance(w) })
 				want := record(n, o, d, func(i int) bool { return own[i].Seen(o.key, o.id, o.ts) }, func(i int, w int64) { own[i].Advance(w) })
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("seed %d op %d %v: duplicate for views %v, own sets %v", seed, k, o, got, want)

@@ -547,17 +547,6 @@ func (w *Partition) applyAgg(key string, ev *event.Event, in *Input, qualifies b
 	return out, res.Watermark, res.LatenessMs, res.Revisions
 }
 
-// PrefetchDedup prepares the dedup lookup of an event of key with eventID
-// (dedup.Set.Prefetch) in the rule's dedup store, which the aggregating
-// rules of a partition share: called once per record before its rules
-// run, it lets the rules before the first aggregating one hide the wait
-// for the store's index. A sliding rule has nothing to prepare.
-func (w *Partition) PrefetchDedup(key, eventID string) {
-	if w.dd != nil {
-		w.dd.Prefetch(key, eventID)
-	}
-}
-
 // PrepareDedupPair prepares p for the dedup lookups of an event of key
 // with eventID by the rules that share this rule's dedup store
 // (dedup.Set.PreparePair; UseDedupPair). A sliding rule has nothing to

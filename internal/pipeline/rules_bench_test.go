@@ -57,10 +57,9 @@ func benchInputs() []Input {
 // output only counts it here (no Kafka record is built). check_only is
 // Check alone: rules_n ≈ check_only + the sum of the rules' Apply. One op
 // is one record; rules_10 reports x_1_rule, its ns/record over rules_1's
-// of the same invocation. rules_10_record_major is the loop consume ran
+// of the same invocation. rules_*_record_major are the loop consume ran
 // before (docs/BENCHMARKS.md, thirteenth round): each record through
-// every rule before the next, with the prefetch of the shared dedup
-// stores' slots.
+// every rule before the next (chunks of one record).
 //
 //	go test -run x -bench BenchmarkRuleStages -count 3 ./internal/pipeline/
 func BenchmarkRuleStages(b *testing.B) {
@@ -119,7 +118,7 @@ func BenchmarkRuleStages(b *testing.B) {
 			apply := func(m int) {
 				for j, s := range stages {
 					for q := range m {
-						if g := ddIdx[j]; g >= 0 && !recordMajor {
+						if g := ddIdx[j]; g >= 0 {
 							parts[j].UseDedupPair(&pairs[q*len(groups)+g])
 						}
 						s.ApplyEnv(parts[j], &evs[q], &envs[q], &ins[q], &accts[j], emit)
@@ -151,19 +150,11 @@ func BenchmarkRuleStages(b *testing.B) {
 					}
 					evs[m] = ev
 					envs[m] = EnvOf(&evs[m]) // once per record, as consume does
-					if !recordMajor {
-						for g, gr := range groups {
-							j := gr.Members[0]
-							parts[j].PrepareDedupPair(&pairs[m*len(groups)+g], stages[j].KeyOf(&evs[m]), evs[m].EventID)
-						}
+					for g, gr := range groups {
+						j := gr.Members[0]
+						parts[j].PrepareDedupPair(&pairs[m*len(groups)+g], stages[j].KeyOf(&evs[m]), evs[m].EventID)
 					}
 					m++
-				}
-				if recordMajor && m == 1 {
-					for _, g := range groups {
-						p := parts[g.Members[0]]
-						p.PrefetchDedup(stages[g.Members[0]].KeyOf(&evs[0]), evs[0].EventID)
-					}
 				}
 				apply(m)
 			}
