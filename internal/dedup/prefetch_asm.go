@@ -8,3 +8,9 @@ package dedup
 //
 //go:noescape
 func prefetch(p *idxSlot)
+
+// prefetchString is prefetch for the first cache line of s's bytes (none
+// for an empty s: a prefetch of any address, nil included, never faults).
+//
+//go:noescape
+func prefetchString(s string)

@@ -4,3 +4,6 @@ package dedup
 
 // prefetch does nothing on architectures without an assembly prefetch here.
 func prefetch(*idxSlot) {}
+
+// prefetchString does nothing on architectures without an assembly prefetch here.
+func prefetchString(string) {}
