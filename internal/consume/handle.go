@@ -120,7 +120,7 @@ func (c *chunk) release() {
 	clear(c.envs[:n])
 	clear(c.rkeys[:n])
 	clear(c.refs[:n])
-	clear(c.pairs[:cap(c.pairs)]) // size clears it at every chunk
+	clear(c.pairs[:cap(c.pairs)]) // the last chunk's key states and ids
 	c.used = 0
 }
 

@@ -76,11 +76,13 @@ type store struct {
 	cur  curPair
 }
 
-// curPair is the (key, event_id) of the latest Seen that remembered it,
-// its key state and pairHash, and i, the index in ks.byTS of the entry
-// it remembered (a hint: later inserts and removals move entries, so a
-// user compares the entry with the pair). Invalidated when the key state
-// is deleted.
+// curPair is a cached lookup of one (key, event_id): its key state and
+// pairHash, and i, the index in ks.byTS of its entry (-1: not located
+// yet; a hint: later inserts and removals move entries, so a user
+// compares the entry with the pair). The store's own (store.cur) is the
+// latest pair a Seen remembered, cleared when its key state is deleted;
+// a caller's (Pair) may outlive its key state, which seen then ignores
+// (keyState.deleted).
 type curPair struct {
 	key, id string
 	ks      *keyState
@@ -302,8 +304,8 @@ func (s *Set) seen(c *curPair, key, eventID string, ts int64) bool {
 	return false
 }
 
-// seenAgain is Seen for the pair of the latest Seen, c, in its most
-// common case: the other views of one record, asking one after the other.
+// seenAgain is Seen for the cached pair c, in its most common case: the
+// other views of one record, asking after the first remembered it.
 // When the store holds a single entry of the pair (no pair has more than
 // one while st.more is empty) and c still locates it, that entry alone
 // decides: this view remembers it or not, at ts or not. ok is false when
