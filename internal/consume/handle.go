@@ -122,7 +122,18 @@ func (c *chunk) release() {
 	clear(c.refs[:n])
 	clear(c.pairs[:cap(c.pairs)]) // the last chunk's key states and ids
 	c.used = 0
+	if cap(c.out) > maxKeptOut {
+		// A chunk with unusually many outputs (a watermark marker that
+		// closes every window of a partition) leaves no buffer of its size
+		// behind with the partition.
+		c.out = nil
+	}
 }
+
+// maxKeptOut is the most pending outputs whose room a chunk keeps from one
+// handleRecords to the next: about 48 KB, many times what a chunk of
+// chunkRecords records usually emits.
+const maxKeptOut = 4 * chunkRecords
 
 // handleChunk handles recs (at most chunkRecords): decoding in record
 // order, then the rules one after the other, then the outputs.

@@ -121,8 +121,8 @@ func (s *Set) check() error {
 			return fmt.Errorf("view %d: nIDs %d, keys hold %d", i, v.nIDs, nIDs[i])
 		}
 	}
-	if st.idx.live()+len(st.coll) != pairs {
-		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", st.idx.live(), len(st.coll), pairs)
+	if st.idx.countLive()+len(st.coll) != pairs {
+		return fmt.Errorf("the index holds %d + %d collided pairs, keys hold %d", st.idx.countLive(), len(st.coll), pairs)
 	}
 	if err := st.idx.check(); err != nil {
 		return err

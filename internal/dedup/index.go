@@ -157,23 +157,60 @@ func (x *hashIndex) del(h uint64) {
 	x.n--
 }
 
-// rebuild drops the stale slots, in place (purge), then resizes the table
-// if the live ones fill more than half of it (less one slot, for the add
-// that asked) or, above minIndex, less than 1/8: to the smallest size (at
-// least minIndex) that they fill at most half of.
+// rebuild drops the stale slots and resizes the table if the live ones
+// fill more than half of it (less one slot, for the add that asked) or,
+// above minIndex, less than 1/8: to the smallest size (at least minIndex)
+// that they fill at most half of. A table that keeps its size is purged
+// in place. One that is resized needs no purge, as resize leaves the
+// stale slots behind: when the slots known to be stale (gone) say it will
+// be, the live ones are counted in one read of the table and resize alone
+// rebuilds it. (A growing store's rebuilds all resize, and purging first
+// moved every slot once for nothing.)
 func (x *hashIndex) rebuild() {
+	if x.resizes(x.n - x.gone) {
+		if live := x.countLive(); x.resizes(live) {
+			x.resize(indexSize(live))
+			x.n, x.gone = live, 0
+			return
+		}
+	}
 	live := 0
 	if x.slots != nil {
 		live = x.purge()
 	}
-	if n := len(x.slots); 2*(live+1) > n || (n > minIndex && 8*live < n) {
-		size := minIndex
-		for size < 2*(live+1) {
-			size *= 2
-		}
-		x.resize(size)
+	if x.resizes(live) {
+		x.resize(indexSize(live))
 	}
 	x.n, x.gone = live, 0
+}
+
+// resizes reports whether a table with live live slots is resized when it
+// is rebuilt.
+func (x *hashIndex) resizes(live int) bool {
+	n := len(x.slots)
+	return 2*(live+1) > n || (n > minIndex && 8*live < n)
+}
+
+// indexSize is the table size for live live slots: the smallest power of two
+// of at least minIndex that they fill at most half of, with one slot more.
+func indexSize(live int) int {
+	size := minIndex
+	for size < 2*(live+1) {
+		size *= 2
+	}
+	return size
+}
+
+// countLive returns how many slots are live (occupied and not stale): one
+// read of the table, in order.
+func (x *hashIndex) countLive() int {
+	live := 0
+	for i := range x.slots {
+		if s := &x.slots[i]; s.key != 0 && s.ts >= x.floor {
+			live++
+		}
+	}
+	return live
 }
 
 // purge empties the stale slots in place, moves every live one to the
@@ -207,13 +244,13 @@ func (x *hashIndex) purge() int {
 	return live
 }
 
-// resize moves the slots (all live) into a new table of n slots (a power
-// of two that holds them).
+// resize moves the live slots into a new table of n slots (a power of two
+// that holds them); the stale ones are dropped.
 func (x *hashIndex) resize(n int) {
 	old := x.slots
 	x.slots = make([]idxSlot, n)
 	for _, s := range old {
-		if s.key != 0 {
+		if s.key != 0 && s.ts >= x.floor {
 			i, _ := x.find(s.key)
 			x.slots[i] = s
 		}

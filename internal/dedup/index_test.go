@@ -38,17 +38,6 @@ func (x *hashIndex) check() error {
 	return nil
 }
 
-// live counts the live slots.
-func (x *hashIndex) live() int {
-	n := 0
-	for _, s := range x.slots {
-		if s.key != 0 && s.ts >= x.floor {
-			n++
-		}
-	}
-	return n
-}
-
 // drawHash returns a generator of hashes for seed: small ranges (long
 // probe runs that wrap around the table, hashes 0 and 1, which share a
 // slot key) and all 64 bits.
@@ -94,8 +83,8 @@ func TestHashIndexModel(t *testing.T) {
 				x.del(h)
 				delete(model, slotKey(h))
 			}
-			if x.n != len(model) || x.live() != len(model) {
-				t.Fatalf("seed %d op %d: %d keys (%d live), the model holds %d", seed, op, x.n, x.live(), len(model))
+			if x.n != len(model) || x.countLive() != len(model) {
+				t.Fatalf("seed %d op %d: %d keys (%d live), the model holds %d", seed, op, x.n, x.countLive(), len(model))
 			}
 			if err := x.check(); err != nil {
 				t.Fatalf("seed %d op %d: %v", seed, op, err)
@@ -213,8 +202,8 @@ func TestHashIndexLazy(t *testing.T) {
 					t.Fatalf("%s: rebuilt to %d slots of %d (%d gone), the model holds %d", at, x.n, len(x.slots), x.gone, len(model))
 				}
 			}
-			if x.live() != len(model) {
-				t.Fatalf("%s: %d live slots, the model holds %d", at, x.live(), len(model))
+			if x.countLive() != len(model) {
+				t.Fatalf("%s: %d live slots, the model holds %d", at, x.countLive(), len(model))
 			}
 			if err := x.check(); err != nil {
 				t.Fatalf("%s: %v", at, err)

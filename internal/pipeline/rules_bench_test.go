@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"fmt"
+	"hash/fnv"
+	"os"
 	"testing"
 
 	"github.com/vibeline/processor/internal/dedup"
@@ -38,9 +40,30 @@ func benchStages(b *testing.B, rs []benchrules.Rule) []*Stage {
 }
 
 // benchInputs is the load generator's stream (sim.Load(200), as loadgen and
-// BenchmarkStage), 100,000 records of partition 0.
+// BenchmarkStage), 100,000 records of partition 0. With BENCH_PARTITION_OF_6
+// set it is instead a share of that stream like one partition's of the
+// 6-partition input topic of test/bench's BenchmarkRules: the records of
+// the machines whose key's FNV-1a hash is 0 mod 6 (about a sixth of them;
+// not Kafka's partitioner, so not the same machines), 200,000 records (about
+// 6,000 s of event time, so that the dedup stores also reach their steady
+// state, which the default stream, 500 s, does not). Its shape (how many
+// keys a worker's rules touch, how full the dedup index gets) is the
+// processor's, which is what a cache simulation of the benchmark needs
+// (docs/BENCHMARKS.md, fourteenth round).
 func benchInputs() []Input {
 	line := sim.New(sim.Load(200))
+	if os.Getenv("BENCH_PARTITION_OF_6") != "" {
+		recs := make([]Input, 0, 200_000)
+		for len(recs) < cap(recs) {
+			r := line.Next()
+			h := fnv.New32a()
+			h.Write(r.Key)
+			if h.Sum32()%6 == 0 {
+				recs = append(recs, input(0, int64(len(recs)), r))
+			}
+		}
+		return recs
+	}
 	recs := make([]Input, 100_000)
 	for i := range recs {
 		recs[i] = input(0, int64(i), line.Next())
