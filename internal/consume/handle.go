@@ -48,21 +48,27 @@ func (p *Processor) handleRecords(ctx context.Context, pt *part, recs []*kgo.Rec
 }
 
 // chunk is a partition's scratch space for handleRecords, reused chunk
-// after chunk: per record of the chunk, its input, kind, decoded event,
-// the filters' view of it (kept here rather than on the stack: the
-// rules' filters take it by pointer into code escape analysis cannot
-// follow, which would allocate it once per record) and its key lookups;
-// and the chunk's outputs.
+// after chunk: per record of the chunk, its input, kind, the fields the
+// rules read (pipeline.Rec), the rules' filter verdicts and its key
+// lookups; and the chunk's outputs. The decoded event and the filters'
+// view of it are needed only while the record is decoded: one of each
+// serves the whole chunk (kept here rather than on the stack: the rules'
+// filters take the view by pointer into code escape analysis cannot
+// follow, which would allocate it once per record), and what the rules'
+// passes read of a record stays small enough for a chunk to stay in the
+// CPU's first-level cache from one rule to the next.
 type chunk struct {
 	ins   []pipeline.Input
 	kinds []recKind
-	evs   []event.Event
-	envs  []rules.Event
+	recs  []pipeline.Rec
+	quals []bool // whether rule j's filter takes record k: quals[k*len(part.rs)+j]
 	rkeys []string
 	refs  [][]aggwindow.KeyRef
 	pairs []dedup.Pair // record k's lookup in the store of keeper g: pairs[k*len(part.ks)+g]
 	out   []pendingOut
 	used  int // the most records a chunk held since release: what it clears
+	ev    event.Event
+	env   rules.Event
 }
 
 type recKind uint8
@@ -91,24 +97,27 @@ func cmpPendingOut(a, b pendingOut) int {
 	return cmp.Compare(a.rule, b.rule)
 }
 
-// size makes room for n records, with g dedup stores.
-func (c *chunk) size(n, g int) {
+// size makes room for n records, with r rules and g dedup stores.
+func (c *chunk) size(n, r, g int) {
 	if cap(c.pairs) < n*g {
 		c.pairs = make([]dedup.Pair, n*g)
 	}
 	c.pairs = c.pairs[:n*g]
 	clear(c.pairs)
+	if cap(c.quals) < n*r {
+		c.quals = make([]bool, n*r)
+	}
+	c.quals = c.quals[:n*r] // every valid record's are set before they are read
 	c.used = max(c.used, n)
 	if cap(c.ins) < n {
 		c.ins = make([]pipeline.Input, n)
 		c.kinds = make([]recKind, n)
-		c.evs = make([]event.Event, n)
-		c.envs = make([]rules.Event, n)
+		c.recs = make([]pipeline.Rec, n)
 		c.rkeys = make([]string, n)
 		c.refs = make([][]aggwindow.KeyRef, n)
 	}
-	c.ins, c.kinds, c.evs = c.ins[:n], c.kinds[:n], c.evs[:n]
-	c.envs, c.rkeys, c.refs = c.envs[:n], c.rkeys[:n], c.refs[:n]
+	c.ins, c.kinds, c.recs = c.ins[:n], c.kinds[:n], c.recs[:n]
+	c.rkeys, c.refs = c.rkeys[:n], c.refs[:n]
 }
 
 // release drops the chunk's references to records, events and outputs,
@@ -116,8 +125,8 @@ func (c *chunk) size(n, g int) {
 func (c *chunk) release() {
 	n := c.used
 	clear(c.ins[:n])
-	clear(c.evs[:n])
-	clear(c.envs[:n])
+	clear(c.recs[:n])
+	c.ev, c.env = event.Event{}, rules.Event{}
 	clear(c.rkeys[:n])
 	clear(c.refs[:n])
 	clear(c.pairs[:cap(c.pairs)]) // the last chunk's key states and ids
@@ -139,7 +148,7 @@ const maxKeptOut = 4 * chunkRecords
 // order, then the rules one after the other, then the outputs.
 func (p *Processor) handleChunk(ctx context.Context, pt *part, recs []*kgo.Record) {
 	c := &pt.chunk
-	c.size(len(recs), len(pt.ks))
+	c.size(len(recs), len(pt.rs), len(pt.ks))
 	src := pt.src
 	for k, r := range recs {
 		in := &c.ins[k]
@@ -169,15 +178,22 @@ func (p *Processor) handleChunk(ctx context.Context, pt *part, recs []*kgo.Recor
 			continue
 		}
 		c.kinds[k] = recValid
-		c.evs[k] = ev
-		c.envs[k] = pipeline.EnvOf(&c.evs[k]) // the filters' view of the record, built once for every rule
-		c.rkeys[k], c.refs[k] = pt.refsFor(&c.evs[k])
+		c.ev = ev
+		c.recs[k] = pipeline.RecOf(&c.ev, in)
+		// The filters' view of the record, built once for every rule, and
+		// every rule's verdict on it, while it is in the cache.
+		c.env = pipeline.EnvOf(&c.ev)
+		qs := c.quals[k*len(pt.rs) : (k+1)*len(pt.rs)]
+		for j, rp := range pt.rs {
+			qs[j] = rp.win.Match(&c.env)
+		}
+		c.rkeys[k], c.refs[k] = pt.refsFor(&c.ev)
 		for g, kp := range pt.ks {
 			// One lookup of the record in each shared dedup store for
 			// all the rules of the store, its index slot loading while
 			// the chunk's other records are decoded.
 			m := pt.rs[kp.t.group.Members[0]]
-			m.win.PrepareDedupPair(&c.pairs[k*len(pt.ks)+g], m.t.stage.KeyOf(&c.evs[k]), c.evs[k].EventID)
+			m.win.PrepareDedupPair(&c.pairs[k*len(pt.ks)+g], m.t.stage.KeyOf(&c.ev), c.ev.EventID)
 		}
 		if len(src.forwards) > 0 {
 			pt.fwd.max = max(pt.fwd.max, ev.TS)
@@ -260,7 +276,7 @@ func (p *Processor) applyChunk(pt *part, j int, rp *rulePart) {
 			if rp.ddIdx >= 0 {
 				rp.win.UseDedupPair(&c.pairs[k*len(pt.ks)+rp.ddIdx])
 			}
-			t.stage.ApplyEnv(rp.win, &c.evs[k], &c.envs[k], &c.ins[k], &rp.batchAcct, emit)
+			t.stage.ApplyRec(rp.win, &c.recs[k], c.quals[k*len(pt.rs)+j], &c.ins[k], &rp.batchAcct, emit)
 		}
 	}
 	if rp.ddIdx >= 0 {

@@ -8,13 +8,13 @@ import "testing"
 // maxKeptOut, so that an idle partition does not hold it.
 func TestChunkReleaseKeepsBoundedRoom(t *testing.T) {
 	var c chunk
-	c.size(chunkRecords, 1)
+	c.size(chunkRecords, 1, 1)
 	c.out = make([]pendingOut, 0, maxKeptOut)
 	c.release()
 	if cap(c.out) != maxKeptOut {
 		t.Fatalf("room for %d outputs after release, want the %d it had", cap(c.out), maxKeptOut)
 	}
-	c.size(chunkRecords, 1)
+	c.size(chunkRecords, 1, 1)
 	c.out = make([]pendingOut, 0, maxKeptOut+1)
 	c.release()
 	if c.out != nil {

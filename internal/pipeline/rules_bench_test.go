@@ -74,8 +74,9 @@ func benchInputs() []Input {
 // BenchmarkRuleStages is the per-record CPU cost of n rules over one topic,
 // as consume.(*Processor).handleRecords spends it: records go through the
 // rules in chunks of stageChunk, each record decoded and validated once
-// (Stage.Check of the topic's first rule), then the chunk applied to
-// every rule's state (Stage.Apply), rule after rule; a record that fails
+// (Stage.Check of the topic's first rule) and every rule's filter
+// evaluated on it (Partition.Match), then the chunk applied to every rule's
+// state (Stage.ApplyRec), rule after rule; a record that fails
 // validation is counted by every rule and dead-lettered once. Emitting an
 // output only counts it here (no Kafka record is built). check_only is
 // Check alone: rules_n ≈ check_only + the sum of the rules' Apply. One op
@@ -125,8 +126,13 @@ func BenchmarkRuleStages(b *testing.B) {
 				chunk = 1
 			}
 			ins := make([]Input, chunk)
-			evs := make([]event.Event, chunk)
-			envs := make([]rules.Event, chunk)
+			// As consume: per record its Rec and the rules' filter
+			// verdicts, taken when it is decoded; the decoded event and
+			// the filters' view of it are scratch.
+			recRecs := make([]Rec, chunk)
+			quals := make([]bool, chunk*n)
+			var ev event.Event
+			var env rules.Event
 			// As consume: one dedup.Pair per record and shared store.
 			pairs := make([]dedup.Pair, chunk*len(groups))
 			ddIdx := make([]int, n)
@@ -144,7 +150,7 @@ func BenchmarkRuleStages(b *testing.B) {
 						if g := ddIdx[j]; g >= 0 {
 							parts[j].UseDedupPair(&pairs[q*len(groups)+g])
 						}
-						s.ApplyEnv(parts[j], &evs[q], &envs[q], &ins[q], &accts[j], emit)
+						s.ApplyRec(parts[j], &recRecs[q], quals[q*n+j], &ins[q], &accts[j], emit)
 					}
 				}
 			}
@@ -161,7 +167,8 @@ func BenchmarkRuleStages(b *testing.B) {
 						fresh()
 					}
 					ins[m] = recs[(i+k)%len(recs)]
-					ev, verr := check.Check(&ins[m])
+					var verr *event.Error
+					ev, verr = check.Check(&ins[m])
 					if verr != nil {
 						for j := range accts {
 							accts[j].Records++
@@ -171,11 +178,14 @@ func BenchmarkRuleStages(b *testing.B) {
 						emit(check.DeadLetter(ins[m], verr))
 						continue
 					}
-					evs[m] = ev
-					envs[m] = EnvOf(&evs[m]) // once per record, as consume does
+					recRecs[m] = RecOf(&ev, &ins[m])
+					env = EnvOf(&ev) // once per record, as consume does
+					for j := range stages {
+						quals[m*n+j] = parts[j].Match(&env)
+					}
 					for g, gr := range groups {
 						j := gr.Members[0]
-						parts[j].PrepareDedupPair(&pairs[m*len(groups)+g], stages[j].KeyOf(&evs[m]), evs[m].EventID)
+						parts[j].PrepareDedupPair(&pairs[m*len(groups)+g], stages[j].KeyOf(&ev), ev.EventID)
 					}
 					m++
 				}
