@@ -52,12 +52,18 @@ func (s *Set) markBucket(ks *keyState, ts int64) {
 	if st.bucketMs == 0 {
 		return
 	}
-	// The views of a record mark the same ts one after the other: one
-	// division for all. (The zero value is right: bucket 0 holds ts 0.)
-	if ts != st.markTS {
-		st.markTS, st.markB = ts, s.BucketOf(ts)
+	// A view marks the records of a chunk one after the other, most of
+	// them in the bucket of the one before: no division for those.
+	if ts < s.markLo || ts >= s.markHi {
+		s.markB = s.BucketOf(ts)
+		lo := s.markB * st.bucketMs
+		hi := lo + st.bucketMs
+		if lo > ts || hi <= ts {
+			lo, hi = 0, 0 // wrapped (a bucket at an end of int64): not cached
+		}
+		s.markLo, s.markHi = lo, hi
 	}
-	b := st.markB
+	b := s.markB
 	if s.slot >= len(ks.marks) {
 		ks.marks = append(ks.marks, make([]marks, s.slot+1-len(ks.marks))...)
 	}

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -111,5 +112,37 @@ func TestBucketedWritesOnlyChangedBuckets(t *testing.T) {
 	}
 	if err := s.LoadBucket("M-1", 0, s.EncodeBucket("M-1", 1)); err == nil {
 		t.Fatal("a bucket's ids loaded into another bucket")
+	}
+}
+
+// TestMarkBucketAtInt64Ends: markBucket's cache of a view's latest bucket
+// (its ts range) is right for buckets at both ends of int64, where the
+// range's bounds do not fit, and for ts on either side of a bucket's
+// bounds.
+func TestMarkBucketAtInt64Ends(t *testing.T) {
+	for _, bms := range []int64{1000, 56250, 7} {
+		s, err := NewBucketed(3_600_000, bms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tss := []int64{math.MinInt64, math.MinInt64 + 5, math.MaxInt64 - 5, math.MaxInt64,
+			math.MinInt64 + bms, -1, 0, bms - 1, bms, -bms, -bms - 1, math.MaxInt64 - bms, 3 * bms}
+		want := map[BucketRef]bool{}
+		for i, ts := range tss {
+			s.Seen("k", fmt.Sprint("id-", i), ts)
+			want[BucketRef{Key: "k", Bucket: s.BucketOf(ts)}] = true
+			got := map[BucketRef]bool{}
+			for _, r := range s.DirtyBuckets() {
+				got[r] = true
+			}
+			if len(got) != len(want) {
+				t.Fatalf("bucket %d ms, after ts %d: dirty buckets %v, want %v", bms, ts, got, want)
+			}
+			for r := range want {
+				if !got[r] {
+					t.Fatalf("bucket %d ms, after ts %d: dirty buckets %v lack %v", bms, ts, got, r)
+				}
+			}
+		}
 	}
 }

@@ -37,6 +37,10 @@ type Set struct {
 	dirtyB map[BucketRef]struct{} // changed buckets, when st.bucketMs > 0
 	gen    uint64                 // ClearDirty count + 1, for mark.gen
 	nIDs   int                    // ids this view remembers, for Stats
+
+	// markBucket's latest bucket markB, which holds the ts in
+	// [markLo, markHi) (empty at first).
+	markLo, markHi, markB int64
 }
 
 // store holds the ids of the views that share it.
@@ -66,8 +70,6 @@ type store struct {
 
 	views    []*Set
 	bucketMs int64 // > 0: persisted by (key, bucket) (bucket.go)
-	markTS   int64 // markBucket's latest ts ...
-	markB    int64 // ... and its bucket
 
 	// last caches the latest first() answer, and cur the key state and
 	// hash of the latest Seen: the views of one record ask for the same
