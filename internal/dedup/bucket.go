@@ -92,7 +92,9 @@ func (s *Set) DirtyBuckets() []BucketRef {
 }
 
 // EncodeBucket returns the encoding (EncodeKey's format) of key's ids with
-// ts in the bucket, or nil when there is none.
+// ts in the bucket, or nil when there is none or the bucket has expired
+// whole. The ids of a bucket that has not are all written, also those
+// that have expired (keepThr).
 func (s *Set) EncodeBucket(key string, bucket int64) []byte {
 	ks := s.st.keys[key]
 	if ks == nil || ks.live() == 0 {
@@ -105,14 +107,16 @@ func (s *Set) EncodeBucket(key string, bucket int64) []byte {
 	for j < len(es) && s.BucketOf(es[j].ts) == bucket {
 		j++
 	}
-	return encodeEntries(es[i:j], s.bit, subSat(s.wm, s.st.h))
+	return encodeEntries(es[i:j], s.bit, s.st.keepThr(s.wm))
 }
 
 // LoadBucket adds the ids of one persisted (key, bucket) entry to the set.
 // Every id must lie in the bucket (else ErrCorrupt). An id the set already
 // remembers from another bucket keeps the later of its two ts (settle).
-// Ids that have expired at the current watermark are forgotten at once
-// (their buckets are then marked dirty). On error the set is unchanged.
+// Ids whose bucket has expired whole at the current watermark are
+// forgotten at once (their buckets are then marked dirty); ids that
+// expired in a bucket that has not are held, as the set that wrote them
+// held them (keepThr). On error the set is unchanged.
 func (s *Set) LoadBucket(key string, bucket int64, data []byte) error {
 	es, err := decodeKey(data)
 	if err != nil {

@@ -146,3 +146,126 @@ func TestMarkBucketAtInt64Ends(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketExpiresWhole: a bucketed Set keeps a bucket's ids until all of
+// them have expired and then drops the bucket at once (keepThr), so that
+// neither the oldest bucket of a key is rewritten nor the key pruned while
+// W - H moves through it; the ids that expired in the meantime are no
+// longer duplicates all the same.
+func TestBucketExpiresWhole(t *testing.T) {
+	const h, b = 1000, 100
+	s, err := NewBucketed(h, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 { // ts 0, 10, ..., 390: buckets 0 to 3, ten ids each
+		if s.Seen("k", fmt.Sprint("e", i), int64(i)*10) {
+			t.Fatalf("e%d: a first delivery is a duplicate", i)
+		}
+	}
+	s.ClearDirty()
+	ids := func(bucket int64) []string {
+		t.Helper()
+		v := s.EncodeBucket("k", bucket)
+		if v == nil {
+			return nil
+		}
+		es, err := decodeKey(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.id
+		}
+		return out
+	}
+	// W - H moves through bucket 0, one ms at a time: nothing changes.
+	for w := int64(1001); w < 1100; w++ {
+		s.Advance(w)
+		if d := s.DirtyBuckets(); len(d) != 0 {
+			t.Fatalf("W %d: dirty %v while bucket 0 has ids left to expire", w, d)
+		}
+		if got := s.Stats(); got != (Stats{Keys: 1, IDs: 40}) {
+			t.Fatalf("W %d: %+v, want the 40 ids held", w, got)
+		}
+		if got := ids(0); len(got) != 10 {
+			t.Fatalf("W %d: bucket 0 encodes %v, want its 10 ids", w, got)
+		}
+	}
+	if q := len(s.st.due); q != 1 || s.st.due[0].at != 1100 {
+		t.Fatalf("due queue %v, want the key once, at W 1100", s.st.due)
+	}
+	// e2 (ts 20) expired at W 1021: a redelivery is not a duplicate. At its
+	// old ts it is not remembered again (expired already); the entry it
+	// had is forgotten, and its bucket rewritten without it.
+	if s.Seen("k", "e2", 20) {
+		t.Fatal("e2 at ts 20, W - H 99: a duplicate")
+	}
+	if d := s.DirtyBuckets(); !slices.Equal(d, []BucketRef{{"k", 0}}) {
+		t.Fatalf("dirty %v, want bucket 0", d)
+	}
+	if got := ids(0); len(got) != 9 || slices.Contains(got, "e2") {
+		t.Fatalf("bucket 0 encodes %v, want its ids but e2", got)
+	}
+	// e3 (ts 30) comes again with a new ts: remembered anew, then a
+	// duplicate.
+	if s.Seen("k", "e3", 1095) || !s.Seen("k", "e3", 1095) {
+		t.Fatal("e3 at ts 1095: want new, then a duplicate")
+	}
+	if got := ids(0); len(got) != 8 || slices.Contains(got, "e3") {
+		t.Fatalf("bucket 0 encodes %v, want its ids but e2 and e3", got)
+	}
+	s.ClearDirty()
+	// W - H reaches bucket 1: bucket 0 goes whole.
+	s.Advance(1100)
+	if d := s.DirtyBuckets(); !slices.Equal(d, []BucketRef{{"k", 0}}) {
+		t.Fatalf("dirty %v, want bucket 0 only", d)
+	}
+	if got := ids(0); got != nil {
+		t.Fatalf("bucket 0 encodes %v after it expired", got)
+	}
+	if got := s.Stats(); got != (Stats{Keys: 1, IDs: 31}) {
+		t.Fatalf("%+v, want buckets 1 to 3 and e3", got)
+	}
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	// A restore at this W holds what the set holds, marking nothing.
+	r, _ := NewBucketed(h, b)
+	r.Advance(1150)
+	s.Advance(1150)
+	for bk := int64(0); bk <= 10; bk++ {
+		if v := s.EncodeBucket("k", bk); v != nil {
+			if err := r.LoadBucket("k", bk, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if r.Stats() != s.Stats() || len(r.DirtyBuckets()) != 0 {
+		t.Fatalf("restored %+v, dirty %v; want %+v, nothing dirty", r.Stats(), r.DirtyBuckets(), s.Stats())
+	}
+	if !r.Seen("k", "e15", 150) || r.Seen("k", "e5", 50) {
+		t.Fatal("restored: e15 (live) must be a duplicate, e5 (expired) not")
+	}
+}
+
+// keepFrom is W - H, or its bucket's start, and never wraps.
+func TestKeepFrom(t *testing.T) {
+	for _, c := range []struct{ w, h, b, want int64 }{
+		{1050, 1000, 0, 50},
+		{1050, 1000, 100, 0},
+		{1100, 1000, 100, 100},
+		{1099, 1000, 100, 0},
+		{950, 1000, 100, -100},
+		{1000, 1000, 100, 0},
+		{NoWatermark, 1000, 100, math.MinInt64},
+		{math.MinInt64 + 1500, 1000, 1000, math.MinInt64}, // the bucket of W - H starts below int64
+		{math.MaxInt64, 0, 1000, math.MaxInt64 - math.MaxInt64%1000},
+		{math.MaxInt64, math.MaxInt64, 7, 0},
+	} {
+		if got := keepFrom(c.w, c.h, c.b); got != c.want {
+			t.Errorf("keepFrom(%d, %d, %d) = %d, want %d", c.w, c.h, c.b, got, c.want)
+		}
+	}
+}

@@ -26,7 +26,11 @@
 //     entry with ts < W - H can never make anything a duplicate again:
 //     Advance forgets it, and Seen does not store an event whose ts is
 //     already below W - H (package window stores it and forgets it at its
-//     next prune; the verdicts are the same).
+//     next prune; the verdicts are the same). A Set with buckets
+//     (NewBucketed) forgets a bucket's ids together, once all of them
+//     have expired (W - H at or past the bucket's end): until then it
+//     holds and persists the ones that expired in it (Stats counts them),
+//     and counts none of them as remembered (keepThr in set.go).
 //
 // All arithmetic with W saturates: at NoWatermark (minus infinity) nothing
 // expires, and a ts within H of math.MaxInt64 never does.
@@ -133,10 +137,12 @@
 // more than once (views that remembered it first at different ts) but a
 // view remembers an event_id at most once; every views value is a
 // non-empty subset of the V names and every name is in some views value.
-// Every ts lies in the bucket that names the value. An id that expired
-// for a view is not written as that view's (as EncodeBucket). Nothing may
-// follow; one encoding per state (the names sorted, the bits following
-// them).
+// Every ts lies in the bucket that names the value. A view's ids are not
+// written once the whole bucket expired for it (W - H of the view at or
+// past the bucket's end; as EncodeBucket); before that, they all are, also
+// those that expired already, which the loader then holds as expired.
+// Nothing may follow; one encoding per state (the names sorted, the bits
+// following them).
 //
 // Example: "a" at ts 1000 remembered by views x and y, "b" at 1003 by y:
 //
@@ -174,7 +180,11 @@
 // min-heap at its deadline — the smallest W at which its oldest id expires
 // — so Advance costs O(1) when nothing is due (plus O(views) when the last
 // of the slowest views moves, to find the slowest again) and O(log keys +
-// expired ids) per due key otherwise: nothing scans all keys or ids, and a
+// expired ids) per due key otherwise. With buckets the deadline is that of
+// the oldest id's whole bucket, so a key is pruned once per bucket (a
+// bucket's worth of ids at a time), not at almost every record, and its
+// oldest bucket is tombstoned once instead of rewritten at every commit
+// while W - H moves through it: nothing scans all keys or ids, and a
 // rebuild of the table, which scans it, follows at least a quarter of its
 // size in inserts (or an eighth in expiries, to shrink it). Memory is
 // O(ids with ts >= W - H) plus bounded slack: a key's slice (which grows

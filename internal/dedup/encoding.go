@@ -96,7 +96,8 @@ func (s *Set) LoadKey(key string, data []byte) error {
 }
 
 // load adds es, (ts, id) pairs sorted and new to this view for key, to the
-// view, then forgets at once what has expired at the current watermark.
+// view, then forgets at once what has expired at the current watermark
+// (with buckets: what lies in buckets that have expired whole, keepThr).
 func (s *Set) load(key string, es []entry) {
 	st := s.st
 	ks := st.keys[key]
@@ -111,7 +112,7 @@ func (s *Set) load(key string, es []entry) {
 	s.nIDs += len(es)
 	// What expired for this view goes now (as Seen would forget it), and
 	// what expired for every view with it.
-	thr := subSat(s.wm, st.h)
+	thr := st.keepThr(s.wm)
 	for i := ks.live() - 1; i >= 0; i-- {
 		if e := ks.byTS[ks.head+i]; e.ts < thr && e.mask&s.bit != 0 {
 			if st.forget(ks, ks.head+i, s) {

@@ -22,7 +22,7 @@ func mustNew(tb testing.TB, h int64) *Set {
 // view sharing it) and returns the first violation, or nil.
 func (s *Set) check() error {
 	st := s.st
-	thr := subSat(st.wm, st.h)
+	thr := st.pruneThr() // W - H, or the start of its bucket
 	low := int64(math.MaxInt64)
 	for _, v := range st.views {
 		low = min(low, v.wm)
@@ -86,7 +86,7 @@ func (s *Set) check() error {
 				}
 			}
 			if e.ts < thr {
-				return fmt.Errorf("key %q: id %q at %d kept below W - H = %d", k, e.id, e.ts, thr)
+				return fmt.Errorf("key %q: id %q at %d kept below %d (W - H, with buckets the start of its bucket)", k, e.id, e.ts, thr)
 			}
 			byID[e.id] = append(byID[e.id], e.ts)
 		}
@@ -127,8 +127,8 @@ func (s *Set) check() error {
 	if err := st.idx.check(); err != nil {
 		return err
 	}
-	if want := subSat(st.wm, st.h); st.idx.floor != want {
-		return fmt.Errorf("the index's floor %d, the store's W - H %d", st.idx.floor, want)
+	if st.idx.floor != thr {
+		return fmt.Errorf("the index's floor %d, the store's W - H (with buckets the start of its bucket) %d", st.idx.floor, thr)
 	}
 	n := 0
 	for _, ts := range st.more {
@@ -155,11 +155,34 @@ func newModel(h int64) *model {
 
 func (m *model) seen(key, id string, ts int64) bool {
 	k := [2]string{key, id}
-	if r, ok := m.m[k]; ok && r >= subSat(m.wm, m.h) {
+	thr := subSat(m.wm, m.h)
+	if r, ok := m.m[k]; ok && r >= thr {
 		return true
+	}
+	if ts < thr {
+		// Expired already: not remembered, and the expired entry it
+		// replaces is forgotten (a Set may still hold one whose bucket
+		// has not expired whole: keepThr).
+		delete(m.m, k)
+		return false
 	}
 	m.m[k] = ts
 	return false
+}
+
+// held returns, per key, the remembered entries a Set with buckets of
+// bucketMs (0: none) holds: those with ts >= keepFrom(W, H, bucketMs),
+// the live ones and those of their buckets that expired (keepThr).
+func (m *model) held(bucketMs int64) (keys, ids int) {
+	thr := keepFrom(m.wm, m.h, bucketMs)
+	ks := make(map[string]bool)
+	for k, ts := range m.m {
+		if ts >= thr {
+			ks[k[0]] = true
+			ids++
+		}
+	}
+	return len(ks), ids
 }
 
 func (m *model) advance(w int64) { m.wm = max(m.wm, w) }

@@ -386,7 +386,7 @@ func (st *store) advance(w int64) {
 	}
 	// Only now: while keys are pruned, the slots of the entries that
 	// expired but are not yet pruned must stay theirs (index).
-	st.idx.setFloor(subSat(w, st.h))
+	st.idx.setFloor(st.pruneThr())
 	st.idx.shrink()
 }
 
@@ -581,7 +581,7 @@ func (st *store) unmark(ks *keyState, i int, v *Set) bool {
 // prune forgets ks's entries with ts < wm - H, deletes ks if it is left
 // empty, else queues it at its next deadline.
 func (st *store) prune(ks *keyState) {
-	thr := subSat(st.wm, st.h)
+	thr := st.pruneThr()
 	k := ks.head
 	// Every view marks ks, and each bucket of its expired entries, once;
 	// the entries are sorted by ts, so those of one bucket are adjacent,
@@ -643,6 +643,14 @@ func (st *store) deadline(ks *keyState) (int64, bool) {
 	}
 	// ts < W - H  <=>  W >= ts + H + 1
 	t := ks.byTS[ks.head].ts
+	if st.bucketMs > 0 {
+		// The whole bucket of t expires: its last ms does.
+		end := (st.bucketOf(t) + 1) * st.bucketMs
+		if end-1 < t { // overflow at the top of int64
+			return 0, false
+		}
+		t = end - 1
+	}
 	if t > math.MaxInt64-st.h-1 {
 		return 0, false
 	}
@@ -810,6 +818,39 @@ func (ks *keyState) shrink() {
 	b := make([]entry, live, 2*live)
 	copy(b, ks.byTS[ks.head:])
 	ks.byTS, ks.head, ks.peak = b, 0, live
+}
+
+// pruneThr is the ts below which the store drops entries: keepThr at the
+// store's W (the slowest view's).
+func (st *store) pruneThr() int64 { return st.keepThr(st.wm) }
+
+// keepThr is the ts below which an entry is dropped, and no longer
+// persisted, at watermark w: W - H, or with buckets the start of the
+// bucket of W - H, so that a bucket is kept until all of it has expired
+// and then dropped whole. An entry with ts in [keepThr, W - H) has
+// expired all the same: no view counts it as remembered (seen compares
+// with W - H), it only stays in memory and in its bucket's value until
+// the rest of its bucket expires, which spares a rewrite of the oldest
+// bucket of every key at every commit and a pruning of every key at
+// almost every record.
+func (st *store) keepThr(w int64) int64 { return keepFrom(w, st.h, st.bucketMs) }
+
+// keepFrom is keepThr for watermark w, horizon h and bucket length
+// bucketMs (0: no buckets).
+func keepFrom(w, h, bucketMs int64) int64 {
+	thr := subSat(w, h)
+	if bucketMs == 0 || thr == math.MinInt64 {
+		return thr
+	}
+	b := thr / bucketMs
+	if thr%bucketMs < 0 {
+		b--
+	}
+	lo := b * bucketMs
+	if lo > thr { // the product wrapped (a bucket at the bottom of int64)
+		return math.MinInt64
+	}
+	return lo
 }
 
 // subSat returns a - b for b >= 0, clamped at math.MinInt64: at

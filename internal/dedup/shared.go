@@ -79,7 +79,7 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 	// first sizes the value and finds the views named, the second writes.
 	var thr [MaxViews]int64 // per slot: a view remembers ids with ts >= thr
 	for _, v := range st.views {
-		thr[v.slot] = subSat(v.wm, st.h)
+		thr[v.slot] = st.keepThr(v.wm)
 	}
 	live := func(e *entry) uint64 {
 		var m uint64
@@ -158,8 +158,8 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 // LoadShared adds the ids of one shared bucket entry (EncodeShared's
 // bytes) to the views that byName names, each as LoadBucket would load its
 // own entry of the bucket (an id a view already remembers from another
-// bucket keeps the later of its two ts; ids that have expired for a view
-// are forgotten at once). Views of the entry that byName does not name
+// bucket keeps the later of its two ts; ids whose bucket has expired
+// whole for a view are forgotten at once). Views of the entry that byName does not name
 // (rules no longer configured) are skipped, and the bucket is then marked
 // dirty in s, so that it is rewritten without them (or deleted). Every
 // view of byName must share s's store. On error the set is unchanged.
