@@ -3,6 +3,7 @@ package dedup
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -44,6 +45,17 @@ func (st *store) bucketOf(ts int64) int64 {
 		b--
 	}
 	return b
+}
+
+// bucketStart is the smallest ts of bucket (a bucket of some ts), clamped
+// at math.MinInt64: the bottom bucket of int64 starts below it, where
+// bucket * bucketMs wraps.
+func (st *store) bucketStart(bucket int64) int64 {
+	lo := bucket * st.bucketMs
+	if bucket < 0 && lo > 0 {
+		return math.MinInt64
+	}
+	return lo
 }
 
 // markBucket records that s's entry of ks's bucket of ts changed.
@@ -101,7 +113,7 @@ func (s *Set) EncodeBucket(key string, bucket int64) []byte {
 		return nil
 	}
 	es := ks.byTS[ks.head:]
-	lo := bucket * s.st.bucketMs
+	lo := s.st.bucketStart(bucket)
 	i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmp.Compare(e.ts, t) })
 	j := i
 	for j < len(es) && s.BucketOf(es[j].ts) == bucket {

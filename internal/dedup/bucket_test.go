@@ -269,3 +269,32 @@ func TestKeepFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestBottomBucketEncodes: the bucket at the bottom of int64, which
+// starts below math.MinInt64, encodes its ids (its start wrapped to a
+// large ts, which found none: the commit tombstoned a bucket that held
+// ids), alone and shared.
+func TestBottomBucketEncodes(t *testing.T) {
+	for _, bms := range []int64{7, 1000, 56250} {
+		s, _ := NewBucketed(10, bms)
+		s.Seen("k", "a", math.MinInt64)
+		d := s.DirtyBuckets()
+		if len(d) != 1 {
+			t.Fatalf("bucket %d ms: dirty %v", bms, d)
+		}
+		v := s.EncodeBucket(d[0].Key, d[0].Bucket)
+		if v == nil {
+			t.Fatalf("bucket %d ms: bucket %d encodes nothing", bms, d[0].Bucket)
+		}
+		if sv := s.EncodeShared(d[0].Key, d[0].Bucket, []string{"r.v1"}); sv == nil {
+			t.Fatalf("bucket %d ms: bucket %d shares nothing", bms, d[0].Bucket)
+		}
+		r, _ := NewBucketed(10, bms)
+		if err := r.LoadBucket("k", d[0].Bucket, v); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Seen("k", "a", math.MinInt64) {
+			t.Fatalf("bucket %d ms: restored set forgot the ids", bms)
+		}
+	}
+}

@@ -166,9 +166,9 @@
 // a 64-bit hash of (key, event_id) to ts (a hit is confirmed against the
 // key's entries, so no verdict rests on a hash; the rare pair whose hash
 // collides with another's is kept in a second map by its strings), and per
-// key a slice sorted by (ts, event_id). An entry that expires for every
-// view is not deleted from the table: its slot's ts is below the store's
-// W - H, which makes it stale, passed over by lookups and reused by
+// key a slice sorted by (ts, event_id). An entry that is dropped is not
+// deleted from the table: its slot's ts is below the store's W - H (with
+// buckets the start of its bucket, keepThr), which makes it stale, passed over by lookups and reused by
 // inserts, and the table drops its stale slots when it is rebuilt (once
 // live and stale slots fill 3/4 of it; in place unless the live ones need
 // a larger table or allow a smaller one), so an expiry costs no access to
@@ -184,10 +184,11 @@
 // the oldest id's whole bucket, so a key is pruned once per bucket (a
 // bucket's worth of ids at a time), not at almost every record, and its
 // oldest bucket is tombstoned once instead of rewritten at every commit
-// while W - H moves through it: nothing scans all keys or ids, and a
+// while W - H moves through it. Nothing scans all keys or ids, and a
 // rebuild of the table, which scans it, follows at least a quarter of its
 // size in inserts (or an eighth in expiries, to shrink it). Memory is
-// O(ids with ts >= W - H) plus bounded slack: a key's slice (which grows
+// O(ids with ts >= W - H) plus bounded slack: with buckets up to one
+// bucket's worth per key of ids that expired (keepThr), a key's slice (which grows
 // by doubling) reuses its expired front and is rebuilt smaller once at
 // most an eighth of its peak is left, the table is rebuilt smaller once
 // less than an eighth of it is live, a key with no ids is deleted, and the

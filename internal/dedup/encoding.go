@@ -27,7 +27,9 @@ const minEntryBytes = 2
 
 // EncodeKey returns the encoding of key's remembered ids (format in
 // doc.go), or nil when the key has none (never had any, or all expired):
-// the caller then deletes the key from its store.
+// the caller then deletes the key from its store. It writes exactly the
+// ids with ts >= W - H; a Set with buckets persists with EncodeBucket or
+// EncodeShared (its Dirty lists a key only when a bucket of it changes).
 func (s *Set) EncodeKey(key string) []byte {
 	ks := s.st.keys[key]
 	if ks == nil || ks.live() == 0 {

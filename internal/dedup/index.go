@@ -15,8 +15,9 @@ package dedup
 // collision, which the store keeps in coll, as for any two pairs with one
 // hash.
 //
-// Deletion is lazy. A slot whose ts is below floor (the store's W - H,
-// below which the store holds nothing) is stale: lookups pass over it as
+// Deletion is lazy. A slot whose ts is below floor (the store's keepThr:
+// W - H, or with buckets the start of its bucket; the store holds nothing
+// below it) is stale: lookups pass over it as
 // over another key's slot, and add reuses it. So an entry that expires
 // costs the index nothing: the store only counts it (expire), instead of a
 // probe into a random slot and a backward shift. Stale slots are dropped

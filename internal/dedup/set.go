@@ -275,9 +275,10 @@ func (s *Set) seen(c *curPair, key, eventID string, ts int64) bool {
 				return true
 			}
 			// Expired for this view but still held: another view's W
-			// is behind (or, with one view, unreachable: Advance and
-			// LoadKey forget every id with ts < W - H). This view
-			// forgets it now, as a Set of its own would have.
+			// is behind, or its bucket has not expired whole
+			// (keepThr; without buckets and with one view this is
+			// unreachable). This view forgets it now, as a Set of its
+			// own would have.
 			if st.forget(ks, i, s) {
 				ks = nil
 			}
@@ -338,7 +339,8 @@ func (s *Set) seenAgain(c *curPair, ts, thr int64) (dup, ok bool) {
 }
 
 // Advance moves the watermark to w if that is later (W never decreases)
-// and forgets every id with ts < W - H, deleting keys left with none. The
+// and forgets every id with ts < W - H (with buckets: every id of a bucket
+// that has expired whole, keepThr), deleting keys left with none. The
 // keys it changes are marked dirty. It costs O(1) when nothing expires,
 // plus O(views) when it moves the last of the slowest views of a shared
 // store: views that advance together cost O(views) per record in all.
@@ -578,8 +580,9 @@ func (st *store) unmark(ks *keyState, i int, v *Set) bool {
 	return false
 }
 
-// prune forgets ks's entries with ts < wm - H, deletes ks if it is left
-// empty, else queues it at its next deadline.
+// prune forgets ks's entries with ts < pruneThr (W - H, or with buckets
+// the start of its bucket), deletes ks if it is left empty, else queues it
+// at its next deadline.
 func (st *store) prune(ks *keyState) {
 	thr := st.pruneThr()
 	k := ks.head
@@ -635,8 +638,9 @@ func (st *store) forgot(mask uint64, n int) {
 	}
 }
 
-// deadline returns the smallest wm at which ks's oldest entry expires, or
-// false when it never does (ts + H + 1 overflows) or ks is empty.
+// deadline returns the smallest wm at which ks's oldest entry is dropped
+// (it expires; with buckets, its whole bucket does), or false when that
+// never happens (the sum overflows) or ks is empty.
 func (st *store) deadline(ks *keyState) (int64, bool) {
 	if ks.live() == 0 {
 		return 0, false
@@ -719,7 +723,8 @@ type Stats struct {
 
 // Stats returns the current counts. O(1). With shared views, Keys counts
 // the store's keys, and IDs may include ids that expired for this view
-// while another view's watermark is behind.
+// while another view's watermark is behind; with buckets, also the ids
+// that expired in a bucket that has not expired whole (keepThr).
 func (s *Set) Stats() Stats { return Stats{Keys: len(s.st.keys), IDs: s.nIDs} }
 
 // String is for debugging.

@@ -58,8 +58,9 @@ func (s *Set) Views() []*Set { return slices.Clone(s.st.views) }
 
 // EncodeShared returns the shared encoding (doc.go, shared bucket value)
 // of key's ids with ts in the bucket that any view of s's store remembers
-// (each view as its EncodeBucket would write them: ids that expired for a
-// view are not its), or nil when there is none. names[i] names the view
+// (each view as its EncodeBucket would write them: none of a view's once
+// the bucket has expired whole for it, keepThr), or nil when there is
+// none. names[i] names the view
 // Views()[i]; names must be distinct and non-empty.
 func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 	st := s.st
@@ -68,7 +69,7 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 		return nil
 	}
 	es := ks.byTS[ks.head:]
-	lo := bucket * st.bucketMs
+	lo := st.bucketStart(bucket)
 	i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmp.Compare(e.ts, t) })
 	j := i
 	for j < len(es) && s.BucketOf(es[j].ts) == bucket {
@@ -77,7 +78,7 @@ func (s *Set) EncodeShared(key string, bucket int64, names []string) []byte {
 	es = es[i:j]
 	// Two passes over the bucket's entries, the same masks each time: the
 	// first sizes the value and finds the views named, the second writes.
-	var thr [MaxViews]int64 // per slot: a view remembers ids with ts >= thr
+	var thr [MaxViews]int64 // per slot: a view's ids are written with ts >= thr
 	for _, v := range st.views {
 		thr[v.slot] = st.keepThr(v.wm)
 	}
