@@ -174,8 +174,15 @@ func (f *fixture) morePairs(b *testing.B, name string, rs []benchrules.Rule, rep
 	ms, mc := median(steady), median(cpu)
 	b.ReportMetric(ms, "median_steady_cost_x")
 	b.ReportMetric(mc, "median_cpu_cost_x")
-	return fmt.Sprintf("%s vs 1 rule over %d alternating pairs: steady %.2fx median (%.2f–%.2f), under 3x in %d of %d; processor CPU %.2fx median (%.2f–%.2f)",
-		name, pairs, ms, slices.Min(steady), slices.Max(steady), under, pairs, mc, slices.Min(cpu), slices.Max(cpu))
+	// Every pair too, in the printed summary: the testing package cuts
+	// the pairs' b.Logf lines above at 10 lines, and a median of a few
+	// pairs hides how they spread.
+	each := make([]string, len(steady))
+	for i := range steady {
+		each[i] = fmt.Sprintf("%.2f/%.2f", steady[i], cpu[i])
+	}
+	return fmt.Sprintf("%s vs 1 rule over %d alternating pairs: steady %.2fx median (%.2f–%.2f), under 3x in %d of %d; processor CPU %.2fx median (%.2f–%.2f); pairs (steady/CPU) %s",
+		name, pairs, ms, slices.Min(steady), slices.Max(steady), under, pairs, mc, slices.Min(cpu), slices.Max(cpu), strings.Join(each, " "))
 }
 
 // median of xs (not empty).
