@@ -22,17 +22,26 @@ import (
 // passed to every view in turn, Seen then Advance, as the pipeline does.
 func BenchmarkSeen(b *testing.B) {
 	for _, h := range []int64{100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("ids=%dk/new", h/1000), func(b *testing.B) { benchSeen(b, h, false, 1) })
-		b.Run(fmt.Sprintf("ids=%dk/dup10pc", h/1000), func(b *testing.B) { benchSeen(b, h, true, 1) })
+		b.Run(fmt.Sprintf("ids=%dk/new", h/1000), func(b *testing.B) { benchSeen(b, h, false, 1, 0) })
+		b.Run(fmt.Sprintf("ids=%dk/dup10pc", h/1000), func(b *testing.B) { benchSeen(b, h, true, 1, 0) })
 	}
-	b.Run("ids=100k/new/views=7", func(b *testing.B) { benchSeen(b, 100_000, false, 7) })
+	b.Run("ids=100k/new/views=7", func(b *testing.B) { benchSeen(b, 100_000, false, 7, 0) })
+	// As the aggregating rules' dedup keepers: persisted by buckets of
+	// H/64 (pipeline.DedupBucketMs), which are dropped whole (keepThr).
+	b.Run("ids=100k/new/views=7/bucketed", func(b *testing.B) { benchSeen(b, 100_000, false, 7, 100_000/64) })
+	b.Run("ids=1000k/new/views=7/bucketed", func(b *testing.B) { benchSeen(b, 1_000_000, false, 7, 1_000_000/64) })
 }
 
-func benchSeen(b *testing.B, h int64, dup bool, views int) {
+// benchSeen runs the stream through views views of one store, persisted
+// by key (bucketMs 0, New) or by buckets of bucketMs (NewBucketed).
+func benchSeen(b *testing.B, h int64, dup bool, views int, bucketMs int64) {
 	const (
 		nKeys = 10_000
 		d     = 30_000 // ms
 		pool  = 256    // ids per key, > the at most 103 within H + D
+		// records per commit (ClearDirty), about a 100 ms transaction's
+		// of one partition of the 10-rule benchmark
+		commitEvery = 20_000
 	)
 	keys := make([]string, nKeys)
 	for i := range keys {
@@ -43,7 +52,14 @@ func benchSeen(b *testing.B, h int64, dup bool, views int) {
 		ids[i] = fmt.Sprintf("evt-%016x", uint64(i)*0x9e3779b97f4a7c15)
 	}
 	maxBack := h / nKeys / 2 // turns
-	vs := []*Set{mustNew(b, h)}
+	first := mustNew(b, h)
+	if bucketMs > 0 {
+		var err error
+		if first, err = NewBucketed(h, bucketMs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	vs := []*Set{first}
 	for len(vs) < views {
 		v, err := vs[0].NewView()
 		if err != nil {
@@ -74,6 +90,13 @@ func benchSeen(b *testing.B, h int64, dup bool, views int) {
 			v.Advance(n - d)
 		}
 		n++
+		if n%commitEvery == 0 {
+			// A commit: what it persisted is no longer dirty (without
+			// it, a bucketed view's dirty buckets pile up).
+			for _, v := range vs {
+				v.ClearDirty()
+			}
+		}
 	}
 	for range 2 * (h + d) { // fill to the steady state
 		step()
@@ -84,7 +107,9 @@ func benchSeen(b *testing.B, h int64, dup bool, views int) {
 	for b.Loop() {
 		step()
 	}
-	if st.Keys != nKeys || int64(st.IDs) < h*8/10 || int64(st.IDs) > h+d+nKeys {
+	// With buckets a key also holds the ids of its oldest bucket that
+	// have expired (keepThr): up to one bucket's worth more.
+	if st.Keys != nKeys || int64(st.IDs) < h*8/10 || int64(st.IDs) > h+d+nKeys+bucketMs {
 		b.Fatalf("not the intended steady state: %+v", st)
 	}
 	want := 0.0
