@@ -39,12 +39,15 @@ func NewBucketed(horizonMs, bucketMs int64) (*Set, error) {
 func (s *Set) BucketOf(ts int64) int64 { return s.st.bucketOf(ts) }
 
 // bucketOf is BucketOf (bucketMs > 0).
-func (st *store) bucketOf(ts int64) int64 {
-	b := ts / st.bucketMs
-	if ts%st.bucketMs < 0 {
-		b--
+func (st *store) bucketOf(ts int64) int64 { return floorDiv(ts, st.bucketMs) }
+
+// floorDiv is a / b rounded down (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
 	}
-	return b
+	return q
 }
 
 // bucketStart is the smallest ts of bucket (a bucket of some ts), clamped

@@ -867,11 +867,7 @@ func keepFrom(w, h, bucketMs int64) int64 {
 	if bucketMs == 0 || thr == math.MinInt64 {
 		return thr
 	}
-	b := thr / bucketMs
-	if thr%bucketMs < 0 {
-		b--
-	}
-	lo := b * bucketMs
+	lo := floorDiv(thr, bucketMs) * bucketMs
 	if lo > thr { // the product wrapped (a bucket at the bottom of int64)
 		return math.MinInt64
 	}
