@@ -31,7 +31,7 @@ func NewBucketed(horizonMs, bucketMs int64) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.st.bucketMs, s.dirtyB = bucketMs, map[BucketRef]struct{}{}
+	s.st.bucketMs = bucketMs
 	return s, nil
 }
 
@@ -78,33 +78,89 @@ func (s *Set) markBucket(ks *keyState, ts int64) {
 		}
 		s.markLo, s.markHi = lo, hi
 	}
-	b := s.markB
-	if s.slot >= len(ks.marks) {
-		ks.marks = append(ks.marks, make([]marks, s.slot+1-len(ks.marks))...)
+	b, m := s.markB, &ks.marks
+	var i int32
+	switch {
+	case m.newer.gen == st.dirtyGen && m.newer.bucket == b:
+		i = m.newer.i
+	case m.older.gen == st.dirtyGen && m.older.bucket == b:
+		i = m.older.i
+	default:
+		i = st.dirtyIndex(BucketRef{ks.key, b})
+		k := mark{bucket: b, i: i, gen: st.dirtyGen}
+		if m.newer.gen != st.dirtyGen || b >= m.newer.bucket {
+			m.newer = k
+		} else {
+			m.older = k
+		}
 	}
-	m := &ks.marks[s.slot]
-	if (m.newer.gen == s.gen && m.newer.bucket == b) || (m.older.gen == s.gen && m.older.bucket == b) {
+	st.dirtyMasks[i] |= s.bit
+}
+
+// markRef records that s's entry of r changed.
+func (s *Set) markRef(r BucketRef) {
+	st := s.st
+	st.dirtyMasks[st.dirtyIndex(r)] |= s.bit
+}
+
+// dirtyIndex returns the index of r in the store's dirty list, adding it
+// (with no view's bit) if it is not there.
+func (st *store) dirtyIndex(r BucketRef) int32 {
+	if i, ok := st.dirtyAt[r]; ok {
+		return i
+	}
+	if st.dirtyAt == nil {
+		st.dirtyAt = map[BucketRef]int32{}
+	}
+	i := int32(len(st.dirtyRefs))
+	st.dirtyAt[r] = i
+	st.dirtyRefs = append(st.dirtyRefs, r)
+	st.dirtyMasks = append(st.dirtyMasks, 0)
+	return i
+}
+
+// clearDirtyBuckets takes the views of bits out of the dirty list, and
+// empties it once no view is left in it.
+func (st *store) clearDirtyBuckets(bits uint64) {
+	var left uint64
+	for i := range st.dirtyMasks {
+		st.dirtyMasks[i] &^= bits
+		left |= st.dirtyMasks[i]
+	}
+	if left != 0 || len(st.dirtyRefs) == 0 {
 		return
 	}
-	if m.newer.gen != s.gen || b >= m.newer.bucket {
-		m.newer = mark{bucket: b, gen: s.gen}
-	} else {
-		m.older = mark{bucket: b, gen: s.gen}
+	clear(st.dirtyAt)
+	clear(st.dirtyRefs) // the keys, for the garbage collector
+	st.dirtyRefs, st.dirtyMasks = st.dirtyRefs[:0], st.dirtyMasks[:0]
+	st.dirtyGen++ // every key's marks cache is stale
+	if st.dirtyGen == 0 {
+		// Wrapped (after 2^32 - 1 emptyings): a cache dated 0 or 1
+		// could be taken for current.
+		for _, ks := range st.keys {
+			ks.marks = marks{}
+		}
+		st.dirtyGen = 1
 	}
-	s.dirtyB[BucketRef{ks.key, b}] = struct{}{}
+}
+
+// dirtyBuckets returns the entries of the dirty list marked by any of the
+// views of bits, sorted by bucket then key.
+func (st *store) dirtyBuckets(bits uint64) []BucketRef {
+	out := make([]BucketRef, 0) // empty, not nil
+	for i, m := range st.dirtyMasks {
+		if m&bits != 0 {
+			out = append(out, st.dirtyRefs[i])
+		}
+	}
+	slices.SortFunc(out, cmpRef)
+	return out
 }
 
 // DirtyBuckets returns the (key, bucket) entries changed since the last
 // ClearDirty, sorted by bucket then key. One whose EncodeBucket is nil holds
 // nothing any more: the caller writes a tombstone.
-func (s *Set) DirtyBuckets() []BucketRef {
-	out := make([]BucketRef, 0, len(s.dirtyB))
-	for r := range s.dirtyB {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, cmpRef)
-	return out
-}
+func (s *Set) DirtyBuckets() []BucketRef { return s.st.dirtyBuckets(s.bit) }
 
 // EncodeBucket returns the encoding (EncodeKey's format) of key's ids with
 // ts in the bucket, or nil when there is none or the bucket has expired
@@ -175,7 +231,7 @@ func (s *Set) settle(key string, bucket int64, es []entry) []entry {
 			}
 			kept = append(kept, e)
 		default:
-			s.dirtyB[BucketRef{key, bucket}] = struct{}{}
+			s.markRef(BucketRef{key, bucket})
 		}
 	}
 	return kept

@@ -115,6 +115,54 @@ func TestBucketedWritesOnlyChangedBuckets(t *testing.T) {
 	}
 }
 
+// TestDirtyListGenerations: the store's dirty list is shared by its
+// views; a view's ClearDirty takes out only its own marks, the list is
+// emptied once no view is left in it, and the keys' caches of where their
+// buckets are in it are dated by the list's generation, also across the
+// wrap of that count (a cache from before the wrap must not pass for
+// current).
+func TestDirtyListGenerations(t *testing.T) {
+	const b = 60_000
+	a, _ := NewBucketed(3_600_000, b)
+	v, _ := a.NewView()
+	want := func(s *Set, refs ...BucketRef) {
+		t.Helper()
+		if refs == nil {
+			refs = []BucketRef{}
+		}
+		if got := s.DirtyBuckets(); !slices.Equal(got, refs) {
+			t.Fatalf("view %d: dirty buckets %v, want %v", s.slot, got, refs)
+		}
+	}
+	a.Seen("A", "e1", 10)
+	v.Seen("A", "e1", 10)
+	a.ClearDirty()
+	want(a)
+	want(v, BucketRef{"A", 0})
+	a.Seen("A", "e2", 20) // a's mark again, through the key's cache
+	want(a, BucketRef{"A", 0})
+	a.ClearDirty()
+	v.ClearDirty()
+	want(a)
+	want(v)
+	if n := len(a.st.dirtyRefs); n != 0 {
+		t.Fatalf("the list holds %d buckets after every view cleared", n)
+	}
+	// Key A's cache says generation 1, index 0, stale since. Many
+	// emptyings later the count wraps to 1 again: A's cache must not be
+	// taken for current (index 0 of the list is B's bucket, or nothing).
+	a.st.dirtyGen = math.MaxUint32
+	a.Seen("B", "e3", b+5)
+	a.ClearDirty()
+	v.ClearDirty()
+	if g := a.st.dirtyGen; g != 1 {
+		t.Fatalf("generation %d after the wrap, want 1", g)
+	}
+	a.Seen("A", "e4", 30)
+	want(a, BucketRef{"A", 0})
+	want(v)
+}
+
 // TestMarkBucketAtInt64Ends: markBucket's cache of a view's latest bucket
 // (its ts range) is right for buckets at both ends of int64, where the
 // range's bounds do not fit, and for ts on either side of a bucket's

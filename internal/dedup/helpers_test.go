@@ -101,7 +101,7 @@ func (s *Set) check() error {
 				return fmt.Errorf("key %q: id %q held at %v, the index says %d (%v) then %v", k, id, tss, first, ok, rest)
 			}
 		}
-		if ks.peak < len(live) {
+		if int(ks.peak) < len(live) {
 			return fmt.Errorf("key %q: peak %d below %d", k, ks.peak, len(live))
 		}
 		if d, ok := st.deadline(ks); ok {

@@ -212,7 +212,7 @@ func TestBounded(t *testing.T) {
 		s.Seen("burst", fmt.Sprint("t", j), ts+10*j)
 		s.Advance(ts + 10*j - d)
 	}
-	if ks := s.st.keys["burst"]; cap(ks.byTS) > big/8 || ks.peak > 8*ks.live() {
+	if ks := s.st.keys["burst"]; cap(ks.byTS) > big/8 || int(ks.peak) > 8*ks.live() {
 		t.Fatalf("after the burst expired: cap %d (was %d), peak %d, live %d", cap(ks.byTS), big, ks.peak, ks.live())
 	}
 	s.ClearDirty()

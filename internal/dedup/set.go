@@ -32,11 +32,9 @@ type Set struct {
 	bit  uint64 // this view's bit in entry.mask
 	slot int    // index in st.views
 
-	wm     int64                  // this view's W, never decreases
-	dirty  []string               // may hold repeats; Dirty sorts and compacts
-	dirtyB map[BucketRef]struct{} // changed buckets, when st.bucketMs > 0
-	gen    uint64                 // ClearDirty count + 1, for mark.gen
-	nIDs   int                    // ids this view remembers, for Stats
+	wm    int64    // this view's W, never decreases
+	dirty []string // may hold repeats; Dirty sorts and compacts
+	nIDs  int      // ids this view remembers, for Stats
 
 	// markBucket's latest bucket markB, which holds the ts in
 	// [markLo, markHi) (empty at first).
@@ -74,6 +72,19 @@ type store struct {
 	// pruneThr last computed it ([keepLo, keepHi), keepLo its start), or
 	// empty.
 	keepLo, keepHi int64
+
+	// The changed buckets (bucketMs > 0), one list for all views:
+	// dirtyRefs[i] changed for the views in dirtyMasks[i] since each one's
+	// last ClearDirty; dirtyAt indexes dirtyRefs. A (key, bucket) is in
+	// the list once however many views mark it, so a record's views make
+	// one map lookup for its bucket (none when the key's marks cache
+	// holds it) instead of a map insert each. The list is emptied once
+	// every view cleared its bits; dirtyGen (from 1) counts those
+	// emptyings and dates the keys' marks caches.
+	dirtyAt    map[BucketRef]int32
+	dirtyRefs  []BucketRef
+	dirtyMasks []uint64
+	dirtyGen   uint32
 
 	// last caches the latest first() answer, and cur the key state and
 	// hash of the latest Seen: the views of one record ask for the same
@@ -119,27 +130,32 @@ type keyState struct {
 	salt uint64 // pairHash's share of the key, fixed per store
 	byTS []entry
 	head int
-	peak int // most entries held since byTS was last allocated
 
-	sched     int64 // when scheduled: the wm of its queue entry
-	scheduled bool
-	deleted   bool   // no longer in store.keys (replaced or emptied)
+	sched     int64  // when scheduled: the wm of its queue entry
 	dirty     uint64 // the views that list it in their dirty
-	// marks[slot] are the buckets a view last marked dirty, in its
-	// generation gen: most events of a key fall in its newest bucket, and
-	// most expiries in its oldest, each then marked once per commit rather
-	// than once per event.
-	marks []marks
+	peak      int32  // most entries held since byTS was last allocated (capped)
+	scheduled bool
+	deleted   bool // no longer in store.keys (replaced or emptied)
+	// marks caches where two of the key's buckets are in the store's
+	// dirty list (bucket.go): most events of a key fall in its newest
+	// bucket, and most expiries in its oldest, so a view marks them
+	// without a map lookup.
+	marks marks
 }
 
-// marks caches the two buckets of a key a view marked dirty last: the
-// newest it marked (new events) and an older one (expiries). One cache
-// for both would alternate between them, a map insert per event.
+// marks caches two buckets of a key in the store's dirty list: the newest
+// marked (new events) and an older one (expiries). One cache for both
+// would alternate between them, a map lookup per event.
 type marks struct{ newer, older mark }
 
+// mark says that the key's bucket is st.dirtyRefs[i] while the store's
+// dirty list is in generation gen (store.dirtyGen). (With peak and the
+// flags in one word, a keyState is 112 bytes, a size class, as before the
+// marks moved into it.)
 type mark struct {
 	bucket int64
-	gen    uint64
+	i      int32
+	gen    uint32
 }
 
 // entry is one remembered (ts, event_id) and the views that remember it.
@@ -163,7 +179,7 @@ func New(horizonMs int64) (*Set, error) {
 	if horizonMs < 0 {
 		return nil, fmt.Errorf("dedup: horizon %d ms: must be >= 0 milliseconds", horizonMs)
 	}
-	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState),
+	st := &store{h: horizonMs, wm: NoWatermark, keys: make(map[string]*keyState), dirtyGen: 1,
 		seed: maphash.MakeSeed(), hashMask: math.MaxUint64, idx: hashIndex{floor: NoWatermark}}
 	return st.newView(), nil
 }
@@ -187,11 +203,8 @@ func (st *store) newView() *Set {
 	// a partition one after the other).
 	st.wm = NoWatermark
 	st.idx.setFloor(NoWatermark)
-	v := &Set{st: st, slot: len(st.views), wm: NoWatermark, gen: 1}
+	v := &Set{st: st, slot: len(st.views), wm: NoWatermark}
 	v.bit = 1 << v.slot
-	if st.bucketMs > 0 {
-		v.dirtyB = map[BucketRef]struct{}{}
-	}
 	st.views = append(st.views, v)
 	st.nSlow = 0
 	for _, u := range st.views {
@@ -715,8 +728,7 @@ func (s *Set) ClearDirty() {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
-	clear(s.dirtyB)
-	s.gen++
+	s.st.clearDirtyBuckets(s.bit)
 }
 
 // Stats counts the set's state.
@@ -799,7 +811,9 @@ func (ks *keyState) insert(e entry) int {
 		i = ks.search(e.ts, e.id)
 		ks.byTS = slices.Insert(ks.byTS, i, e)
 	}
-	ks.peak = max(ks.peak, ks.live())
+	if n := ks.live(); n > int(ks.peak) && n <= math.MaxInt32 {
+		ks.peak = int32(n)
+	}
 	return i
 }
 
@@ -821,12 +835,12 @@ const shrinkMin = 64
 // the store, hashIndex.)
 func (ks *keyState) shrink() {
 	live := ks.live()
-	if ks.peak < shrinkMin || live > ks.peak/8 {
+	if ks.peak < shrinkMin || live > int(ks.peak)/8 {
 		return
 	}
 	b := make([]entry, live, 2*live)
 	copy(b, ks.byTS[ks.head:])
-	ks.byTS, ks.head, ks.peak = b, 0, live
+	ks.byTS, ks.head, ks.peak = b, 0, int32(live) // live <= peak/8
 }
 
 // pruneThr is the ts below which the store drops entries: keepThr at the

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -30,18 +29,7 @@ const sharedFormatVersion = 2
 // of s's store since that view's last ClearDirty (the union of their
 // DirtyBuckets), sorted by bucket then key. One whose EncodeShared is nil
 // holds nothing any more: the caller writes a tombstone.
-func (s *Set) StoreDirtyBuckets() []BucketRef {
-	if len(s.st.views) == 1 {
-		return s.DirtyBuckets()
-	}
-	seen := map[BucketRef]struct{}{}
-	for _, v := range s.st.views {
-		maps.Copy(seen, v.dirtyB)
-	}
-	out := slices.AppendSeq(make([]BucketRef, 0, len(seen)), maps.Keys(seen))
-	slices.SortFunc(out, cmpRef)
-	return out
-}
+func (s *Set) StoreDirtyBuckets() []BucketRef { return s.st.dirtyBuckets(math.MaxUint64) }
 
 func cmpRef(a, b BucketRef) int {
 	if c := cmp.Compare(a.Bucket, b.Bucket); c != 0 {
@@ -182,7 +170,7 @@ func (s *Set) LoadShared(key string, bucket int64, data []byte, byName map[strin
 	for k, name := range table {
 		v := byName[name]
 		if v == nil {
-			s.dirtyB[BucketRef{key, bucket}] = struct{}{}
+			s.markRef(BucketRef{key, bucket})
 			continue
 		}
 		var mine []entry
