@@ -278,18 +278,27 @@ func startProc(b *testing.B, name, bin, dir string, env []string) *proc {
 // profile writes a 7 s CPU profile of the processor, taken from 2 s after
 // its start, to path, then its allocation profile (since start) beside it
 // as .allocs (knob BENCH_PROFILE_DIR; the processor serves /debug/pprof/
-// with metrics_pprof). A failure is logged to stderr only: a profile is an
-// aid, not a result.
+// with metrics_pprof). With BENCH_TRACE set, a 3 s execution trace
+// (runtime/trace, .trace) comes first, from 2 s after the start, and the
+// CPU profile follows it. A failure is logged to stderr only: a profile
+// is an aid, not a result.
 func (p *proc) profile(path string) {
 	select {
 	case <-p.exited:
 		return
 	case <-time.After(2 * time.Second):
 	}
-	for _, q := range []struct{ url, path string }{
-		{"/debug/pprof/profile?seconds=7", path},
-		{"/debug/pprof/allocs", strings.TrimSuffix(path, ".cpu") + ".allocs"}, // since start
-	} {
+	base := strings.TrimSuffix(path, ".cpu")
+	type query struct{ url, path string }
+	var qs []query
+	if os.Getenv("BENCH_TRACE") != "" {
+		qs = append(qs, query{"/debug/pprof/trace?seconds=3", base + ".trace"})
+	}
+	qs = append(qs,
+		query{"/debug/pprof/profile?seconds=7", path},
+		query{"/debug/pprof/allocs", base + ".allocs"}, // since start
+	)
+	for _, q := range qs {
 		if err := fetchTo("http://"+p.metrics+q.url, q.path); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profile of %s: %v\n", p.name, err)
 			return
