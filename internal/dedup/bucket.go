@@ -119,23 +119,38 @@ func (st *store) dirtyIndex(r BucketRef) int32 {
 	return i
 }
 
-// clearDirtyBuckets takes the views of bits out of the dirty list, and
-// empties it once no view is left in it.
+// clearDirtyBuckets takes the views of bits out of the dirty list. Once
+// at least half of the list is marked by no view, it drops those entries
+// (all of them once no view is left in it), so that the list stays
+// within twice what the views have marked since their clears, also
+// where they clear at different times.
 func (st *store) clearDirtyBuckets(bits uint64) {
-	var left uint64
+	live := 0
 	for i := range st.dirtyMasks {
 		st.dirtyMasks[i] &^= bits
-		left |= st.dirtyMasks[i]
+		if st.dirtyMasks[i] != 0 {
+			live++
+		}
 	}
-	if left != 0 || len(st.dirtyRefs) == 0 {
+	if n := len(st.dirtyRefs); n == 0 || 2*live > n {
 		return
 	}
+	k := 0
+	for i, m := range st.dirtyMasks {
+		if m != 0 {
+			st.dirtyRefs[k], st.dirtyMasks[k] = st.dirtyRefs[i], m
+			k++
+		}
+	}
+	clear(st.dirtyRefs[k:]) // the keys, for the garbage collector
+	st.dirtyRefs, st.dirtyMasks = st.dirtyRefs[:k], st.dirtyMasks[:k]
 	clear(st.dirtyAt)
-	clear(st.dirtyRefs) // the keys, for the garbage collector
-	st.dirtyRefs, st.dirtyMasks = st.dirtyRefs[:0], st.dirtyMasks[:0]
-	st.dirtyGen++ // every key's marks cache is stale
+	for i, r := range st.dirtyRefs {
+		st.dirtyAt[r] = int32(i)
+	}
+	st.dirtyGen++ // the entries moved: every key's marks cache is stale
 	if st.dirtyGen == 0 {
-		// Wrapped (after 2^32 - 1 emptyings): a cache dated 0 or 1
+		// Wrapped (after 2^32 - 1 compactions): a cache dated 0 or 1
 		// could be taken for current.
 		for _, ks := range st.keys {
 			ks.marks = marks{}

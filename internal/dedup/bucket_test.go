@@ -163,6 +163,36 @@ func TestDirtyListGenerations(t *testing.T) {
 	want(v)
 }
 
+// TestDirtyListBounded: views that clear at different commits, with
+// marks between them, keep the shared dirty list within twice what they
+// marked since their clears (a list emptied only once no view is left in
+// it would grow with every key ever marked).
+func TestDirtyListBounded(t *testing.T) {
+	a, _ := NewBucketed(3_600_000, 60_000)
+	v, _ := a.NewView()
+	for i := range 10_000 {
+		key, id := fmt.Sprintf("k%d", i), fmt.Sprintf("e%d", i)
+		a.Seen(key, id, int64(i))
+		v.Seen(key, id, int64(i))
+		if i%2 == 0 {
+			a.ClearDirty()
+		} else {
+			v.ClearDirty()
+		}
+		marked := len(a.DirtyBuckets()) + len(v.DirtyBuckets())
+		if n := len(a.st.dirtyRefs); n > 2*marked+2 {
+			t.Fatalf("round %d: the list holds %d buckets, the views mark %d", i, n, marked)
+		}
+	}
+	want := []BucketRef{{"k9999", 0}}
+	if got := a.DirtyBuckets(); !slices.Equal(got, want) {
+		t.Fatalf("view 0: %v, want %v", got, want)
+	}
+	if got := v.DirtyBuckets(); len(got) != 0 {
+		t.Fatalf("view 1: %v, want none", got)
+	}
+}
+
 // TestMarkBucketAtInt64Ends: markBucket's cache of a view's latest bucket
 // (its ts range) is right for buckets at both ends of int64, where the
 // range's bounds do not fit, and for ts on either side of a bucket's

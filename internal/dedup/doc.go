@@ -187,10 +187,11 @@
 // while W - H moves through it. The buckets that changed are listed once
 // per store, each with the mask of the views that changed it since their
 // ClearDirty: a record's views find its bucket in its key's cache of two
-// (no lookup) or with one map lookup for all of them, where a list per
+// (no lookup) or with one map lookup for all of them, where a map per
 // view took a map insert per view. A view's ClearDirty takes its bit out
-// of every listed bucket (O(listed buckets)); the list is emptied once no
-// view is left in it. Nothing scans all keys or ids, and a
+// of every listed bucket (O(listed buckets)) and drops the buckets no
+// view marks once they are half the list, so the list holds at most twice
+// what the views marked since their clears. Nothing scans all keys or ids, and a
 // rebuild of the table, which scans it, follows at least a quarter of its
 // size in inserts (or an eighth in expiries, to shrink it). Memory is
 // O(ids with ts >= W - H) plus bounded slack: with buckets up to one

@@ -78,9 +78,10 @@ type store struct {
 	// last ClearDirty; dirtyAt indexes dirtyRefs. A (key, bucket) is in
 	// the list once however many views mark it, so a record's views make
 	// one map lookup for its bucket (none when the key's marks cache
-	// holds it) instead of a map insert each. The list is emptied once
-	// every view cleared its bits; dirtyGen (from 1) counts those
-	// emptyings and dates the keys' marks caches.
+	// holds it) instead of a map insert each. The entries no view marks
+	// any more are dropped once they are half the list (clearDirtyBuckets);
+	// dirtyGen (from 1) counts those compactions and dates the keys' marks
+	// caches.
 	dirtyAt    map[BucketRef]int32
 	dirtyRefs  []BucketRef
 	dirtyMasks []uint64
